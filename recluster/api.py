@@ -1,0 +1,52 @@
+"""The library surface: what the CLI, the SQL front end and the streaming job call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recluster.metrics import ClusteringInfo, clustering_info
+from recluster.settings import Settings, TableSettings, table_storage_options
+from recluster.table import TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """`recluster info` for one table: the snapshot it measured and its clustering information."""
+
+    snapshot: TableSnapshot
+    info: ClusteringInfo
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.info.to_dict()
+
+
+def table_settings(settings: Settings, uri: str) -> TableSettings | None:
+    return next((t for t in settings.tables if t.uri == uri), None)
+
+
+def read_snapshot(
+    uri: str,
+    *,
+    settings: Settings,
+    cluster_by: Sequence[str] | None = None,
+    partition: Mapping[str, str] | None = None,
+) -> TableSnapshot:
+    configured = table_settings(settings, uri)
+    options = table_storage_options(settings, configured)
+    table = open_table(uri, options)
+    check_supported(table)
+    key = resolve_cluster_key(table, cluster_by or (configured.cluster_by if configured else None), uri)
+    return load_snapshot(table, key, uri=uri, storage_options=options, partition=partition)
+
+
+def table_info(
+    uri: str,
+    *,
+    settings: Settings,
+    cluster_by: Sequence[str] | None = None,
+    partition: Mapping[str, str] | None = None,
+) -> TableInfo:
+    snapshot = read_snapshot(uri, settings=settings, cluster_by=cluster_by, partition=partition)
+    return TableInfo(snapshot, clustering_info(snapshot.blocks))

@@ -1,0 +1,35 @@
+"""Demo data: a local table receiving random-key appends, for `recluster demo` and tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from recluster.settings import CLUSTER_BY_PROPERTY
+from recluster.table import set_table_properties
+
+DEMO_KEY = "event_id"
+
+
+def demo_batch(rng: np.random.Generator, rows: int, batch: int) -> pa.Table:
+    """One append of uniformly random keys: every batch spans the whole key domain."""
+    keys = rng.integers(0, 1 << 40, size=rows, dtype=np.int64)
+    return pa.table(
+        {
+            DEMO_KEY: keys,
+            "batch": pa.array(np.full(rows, batch, dtype=np.int32)),
+            "value": rng.random(rows),
+            "label": pa.array([f"k{k % 1000:03d}" for k in keys.tolist()]),
+        }
+    )
+
+
+def append_demo_batch(location: str | Path, rng: np.random.Generator, rows: int, batch: int) -> None:
+    """Append one batch; the first creates the table with its cluster key property."""
+    create = not (Path(location) / "_delta_log").exists()
+    write_deltalake(str(location), demo_batch(rng, rows, batch), mode="append")
+    if create:
+        set_table_properties(DeltaTable(str(location)), {CLUSTER_BY_PROPERTY: DEMO_KEY})

@@ -1,0 +1,280 @@
+"""Clustering information (DESIGN §4) and the incremental per-level state. Pure: numpy only, no I/O.
+
+One depth implementation (`depth_profile`) serves the reported metrics and selection, so they can never
+disagree. Keys are rank-encoded (distinct min/max tuples become points 0..P-1), point depths come from a
+difference-array sweep, and a block's depth is a range-maximum query over the points inside its range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from recluster.blocks import Block
+
+IntArray = npt.NDArray[np.int64]
+
+EMPTY_AVERAGE_DEPTH = 1.0
+"""A table with no clustered blocks is perfectly clustered (Databend reports 0.0; DESIGN §4 says 1.0)."""
+
+
+def rank_keys(keys: Sequence[bytes]) -> tuple[IntArray, int]:
+    """Dense ranks (0-based) of byte keys and the number of distinct keys.
+
+    Fixed-width keys (one numeric column, the common case) are sorted as big-endian 64-bit words with
+    numpy, several times faster than sorting byte strings; other keys go through Arrow's sort.
+    """
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    width = len(keys[0])
+    if width and all(len(k) == width for k in keys):
+        words = -(-width // 8)
+        raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(n, width)
+        padded = np.zeros((n, words * 8), dtype=np.uint8)
+        padded[:, :width] = raw
+        columns = padded.view(">u8").astype(np.uint64)
+        order = np.lexsort(columns.T[::-1])
+        ordered = columns[order]
+        new_value = np.ones(n, dtype=bool)
+        new_value[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+        dense = np.cumsum(new_value) - 1
+        ranks = np.empty(n, dtype=np.int64)
+        ranks[order] = dense
+        return ranks, int(dense[-1]) + 1
+    ranked = pc.rank(pa.array(keys, pa.binary()), sort_keys="ascending", tiebreaker="dense")
+    ranks = ranked.to_numpy().astype(np.int64) - 1
+    return ranks, int(ranks.max()) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class DepthProfile:
+    """Depth of every point and every block of one set of clustered blocks (same order as given)."""
+
+    lo: IntArray
+    """Point index of each block's min tuple."""
+    hi: IntArray
+    """Point index of each block's max tuple."""
+    point_depth: IntArray
+    """depth(p) = number of blocks with min <= p <= max, for each distinct point p."""
+    block_depth: IntArray
+    """Max depth over the points inside each block's range."""
+    overlaps: IntArray
+    """Number of other blocks whose range intersects each block's range."""
+
+
+def _range_max(values: IntArray, lo: IntArray, hi: IntArray) -> IntArray:
+    """max(values[lo[i] .. hi[i]]) for all i at once, with a sparse table (O(n log n), vectorized)."""
+    table = [values]
+    span = 1
+    while 2 * span <= len(values):
+        previous = table[-1]
+        table.append(np.maximum(previous[: len(previous) - span], previous[span:]))
+        span *= 2
+    length = hi - lo + 1
+    level = np.floor(np.log2(length)).astype(np.int64)
+    result = np.empty(len(lo), dtype=values.dtype)
+    for k in np.unique(level):
+        mask = level == k
+        row = table[int(k)]
+        result[mask] = np.maximum(row[lo[mask]], row[hi[mask] - (1 << int(k)) + 1])
+    return result
+
+
+def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> DepthProfile:
+    """Point depths, block depths and overlaps; blocks touching at one value overlap."""
+    n = len(min_keys)
+    ranks, points = rank_keys(list(min_keys) + list(max_keys))
+    lo, hi = ranks[:n], ranks[n:]
+    delta = np.bincount(lo, minlength=points + 1) - np.bincount(hi + 1, minlength=points + 1)
+    point_depth = np.cumsum(delta[:points])
+    # Depth only rises at a block's min, so the maximum inside [lo, hi] sits at some block's min:
+    # the range-maximum table needs only the distinct min points, at most n of them.
+    starts = np.unique(lo)
+    first = np.searchsorted(starts, lo, side="left")
+    last = np.searchsorted(starts, hi, side="right") - 1
+    block_depth = (
+        _range_max(point_depth[starts], first, last) if n else np.zeros(0, dtype=np.int64)
+    )
+    sorted_lo, sorted_hi = np.sort(lo), np.sort(hi)
+    starting_after = n - np.searchsorted(sorted_lo, hi, side="right")
+    ending_before = np.searchsorted(sorted_hi, lo, side="left")
+    overlaps = n - 1 - starting_after - ending_before
+    return DepthProfile(lo, hi, point_depth, block_depth.astype(np.int64), overlaps.astype(np.int64))
+
+
+def histogram_bucket(depth: int) -> int:
+    """Buckets 1..16, then 32, 64, 128, ...: the smallest bucket >= depth."""
+    if depth <= 16:
+        return max(depth, 1)
+    return 1 << math.ceil(math.log2(depth))
+
+
+def bucket_label(bucket: int) -> str:
+    return f"{bucket:05d}"
+
+
+def nearest_rank(sorted_values: npt.NDArray[Any], percent: float) -> int:
+    """Nearest-rank percentile of an ascending array (the smallest value with >= percent% at or below)."""
+    rank = math.ceil(percent / 100 * len(sorted_values))
+    return int(sorted_values[max(rank, 1) - 1])
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteringMetrics:
+    """The metric keys of DESIGN §4 for one set of blocks (a table, a level, a partition)."""
+
+    total_block_count: int
+    constant_block_count: int
+    unclustered_block_count: int
+    total_rows: int
+    total_bytes: int
+    average_overlaps: float
+    average_depth: float
+    p95_depth: int
+    p99_depth: int
+    block_depth_histogram: Mapping[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_block_count": self.total_block_count,
+            "constant_block_count": self.constant_block_count,
+            "unclustered_block_count": self.unclustered_block_count,
+            "total_rows": self.total_rows,
+            "total_bytes": self.total_bytes,
+            "average_overlaps": self.average_overlaps,
+            "average_depth": self.average_depth,
+            "p95_depth": self.p95_depth,
+            "p99_depth": self.p99_depth,
+            "block_depth_histogram": dict(self.block_depth_histogram),
+        }
+
+
+def clustering_metrics(blocks: Sequence[Block]) -> ClusteringMetrics:
+    clustered = [b for b in blocks if b.clustered]
+    totals = {
+        "total_block_count": len(blocks),
+        "constant_block_count": sum(1 for b in clustered if b.constant),
+        "unclustered_block_count": len(blocks) - len(clustered),
+        "total_rows": sum(b.rows for b in blocks),
+        "total_bytes": sum(b.bytes for b in blocks),
+    }
+    if not clustered:
+        return ClusteringMetrics(
+            **totals,
+            average_overlaps=0.0,
+            average_depth=EMPTY_AVERAGE_DEPTH,
+            p95_depth=1,
+            p99_depth=1,
+            block_depth_histogram={},
+        )
+    profile = depth_profile([b.min_key for b in clustered], [b.max_key for b in clustered])  # type: ignore[misc]
+    depths = np.sort(profile.block_depth)
+    per_depth_values, per_depth_counts = np.unique(depths, return_counts=True)
+    histogram: dict[int, int] = {}
+    for depth, count in zip(per_depth_values.tolist(), per_depth_counts.tolist(), strict=True):
+        bucket = histogram_bucket(depth)
+        histogram[bucket] = histogram.get(bucket, 0) + count
+    return ClusteringMetrics(
+        **totals,
+        average_overlaps=float(profile.overlaps.mean()),
+        average_depth=float(depths.mean()),
+        p95_depth=nearest_rank(depths, 95),
+        p99_depth=nearest_rank(depths, 99),
+        block_depth_histogram={bucket_label(b): histogram[b] for b in sorted(histogram)},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteringInfo:
+    """Clustering information for a whole table and for each of its levels."""
+
+    table: ClusteringMetrics
+    levels: Mapping[int, ClusteringMetrics]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.table.to_dict(),
+            "levels": {str(level): self.levels[level].to_dict() for level in sorted(self.levels)},
+        }
+
+
+def blocks_by_level(blocks: Iterable[Block]) -> dict[int, list[Block]]:
+    levels: dict[int, list[Block]] = {}
+    for block in blocks:
+        levels.setdefault(block.level, []).append(block)
+    return levels
+
+
+def clustering_info(blocks: Sequence[Block]) -> ClusteringInfo:
+    levels = blocks_by_level(blocks)
+    return ClusteringInfo(
+        table=clustering_metrics(blocks),
+        levels={level: clustering_metrics(members) for level, members in sorted(levels.items())},
+    )
+
+
+class ClusteringState:
+    """Live blocks of one table by level, updated from each commit's adds and removes.
+
+    Only the levels a commit touched are recomputed, from cached per-level block sets, and always with
+    the same `clustering_metrics` a full recompute uses: equal to it by construction.
+    """
+
+    def __init__(self, blocks: Iterable[Block] = ()) -> None:
+        self._levels: dict[int, dict[str, Block]] = {}
+        self._cached: dict[int, ClusteringMetrics] = {}
+        self.apply(added=blocks, removed=())
+
+    def apply(self, added: Iterable[Block], removed: Iterable[str]) -> frozenset[int]:
+        """Apply one commit; returns the levels it changed. Removing an unknown path is a no-op."""
+        touched: set[int] = set()
+        removed_paths = set(removed)
+        if removed_paths:
+            for level, members in self._levels.items():
+                hit = removed_paths & members.keys()
+                for path in hit:
+                    del members[path]
+                if hit:
+                    touched.add(level)
+        for block in added:
+            for level, members in self._levels.items():  # a re-added path replaces its old entry
+                if block.path in members and level != block.level:
+                    del members[block.path]
+                    touched.add(level)
+            self._levels.setdefault(block.level, {})[block.path] = block
+            touched.add(block.level)
+        for level in touched:
+            self._cached.pop(level, None)
+            if not self._levels.get(level, True):
+                del self._levels[level]
+        return frozenset(touched)
+
+    @property
+    def blocks(self) -> list[Block]:
+        return [block for members in self._levels.values() for block in members.values()]
+
+    @property
+    def levels(self) -> list[int]:
+        return sorted(self._levels)
+
+    def level_blocks(self, level: int) -> list[Block]:
+        return list(self._levels.get(level, {}).values())
+
+    def level_metrics(self, level: int) -> ClusteringMetrics:
+        if level not in self._cached:
+            self._cached[level] = clustering_metrics(self.level_blocks(level))
+        return self._cached[level]
+
+    def info(self) -> ClusteringInfo:
+        return ClusteringInfo(
+            table=clustering_metrics(self.blocks),
+            levels={level: self.level_metrics(level) for level in self.levels},
+        )

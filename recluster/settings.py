@@ -1,0 +1,185 @@
+"""All configuration, typed, in one place (DESIGN §9).
+
+Resolution order, highest first: CLI overrides (`--set section.field=value`), environment variables
+(`RECLUSTER_` prefix, `__` between nested names, e.g. `RECLUSTER_CLUSTERING__DEPTH_RATIO=0.2`), the YAML
+file (`--config FILE`), then the defaults below. Per-table values come from the table property named in
+each field's docstring when the table sets it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+CLUSTER_BY_PROPERTY = "recluster.clusterBy"
+"""Table property holding the cluster key, written by `ALTER TABLE t CLUSTER BY (a, b)`."""
+
+
+class SettingsError(ValueError):
+    """A bad configuration value or file, reported as one line naming the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusteringSettings(_Section):
+    """How selection and merges behave (DESIGN §5-6)."""
+
+    depth_ratio: float = Field(0.1, gt=0)
+    """Level threshold = clamp(blocks_in_level * depth_ratio, 1, max_depth_threshold)."""
+    max_depth_threshold: float = Field(16.0, ge=1)
+    target_rows: int = Field(1_000_000, gt=0)
+    """Rows per output file (a key value is never split unless it alone exceeds this)."""
+    target_file_bytes: int = Field(256 * MIB, gt=0)
+    """Upper bound on output file size, applied on top of target_rows."""
+    max_merge_bytes: int = Field(4 * GIB, gt=0)
+    """Upper bound on the input bytes of one merge task."""
+    max_merge_files: int = Field(512, ge=2)
+    max_tasks_per_round: int = Field(4, ge=1)
+    max_final_rounds: int = Field(100, ge=1)
+    """FINAL stops after this many rounds even if it still makes progress."""
+    executor_memory_fraction: float = Field(0.3, gt=0, le=1)
+    """Share of executor memory one task may use; bounds the task's input bytes together with max_merge_bytes."""
+
+
+class SparkSettings(_Section):
+    master: str = "local[*]"
+    app_name: str = "recluster"
+    shuffle_partitions: int = Field(8, ge=1)
+    conf: dict[str, str] = Field(default_factory=dict)
+    """Extra Spark configuration, passed through unchanged."""
+
+
+class CommitSettings(_Section):
+    max_attempts: int = Field(3, ge=1)
+    """Commit attempts per task; a conflict with a concurrent delete/update is not retried in place."""
+    backoff_seconds: float = Field(0.5, ge=0)
+    max_backoff_seconds: float = Field(8.0, ge=0)
+
+
+class TableSettings(_Section):
+    uri: str
+    cluster_by: list[str] | None = None
+    """Overrides the table property `recluster.clusterBy`."""
+    storage_options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("cluster_by", mode="before")
+    @classmethod
+    def _split_columns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [c.strip() for c in value.split(",") if c.strip()]
+        return value
+
+
+class StreamSettings(_Section):
+    checkpoint_location: str = "./recluster-checkpoint"
+    trigger_interval_seconds: float = Field(1.0, gt=0)
+    starting_version: Literal["latest", "earliest"] | int = "latest"
+    max_commits_per_batch: int = Field(1000, ge=1)
+    max_tasks_per_batch: int = Field(4, ge=1)
+    max_bytes_per_batch: int = Field(8 * GIB, gt=0)
+
+
+_CONFIG_FILE: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("config_file", default={})
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RECLUSTER_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    """delta-rs storage options for every table (per-table options are merged on top)."""
+    clustering: ClusteringSettings = ClusteringSettings()
+    spark: SparkSettings = SparkSettings()
+    commit: CommitSettings = CommitSettings()
+    stream: StreamSettings = StreamSettings()
+    tables: list[TableSettings] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, InitSettingsSource(settings_cls, _CONFIG_FILE.get())
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SettingsError(f"cannot read config file {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise SettingsError(f"malformed YAML in {path}{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    return data
+
+
+def _nest_overrides(overrides: Iterable[str]) -> dict[str, Any]:
+    """`section.field=value` strings to a nested dict; values are parsed as YAML scalars."""
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(f"override {item!r} is not of the form section.field=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        *parents, leaf = name.strip().split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem: the dotted field name, pydantic's message and the offending value."""
+    parts = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "settings"
+        got = f" (got {item['input']!r})" if "input" in item and not isinstance(item["input"], dict) else ""
+        parts.append(f"invalid setting {field}: {item['msg']}{got}")
+    return "; ".join(parts)
+
+
+def load_settings(config_file: str | Path | None = None, overrides: Iterable[str] = ()) -> Settings:
+    """Settings from defaults, the YAML file, the environment and CLI overrides, validated."""
+    file_data = _read_config_file(Path(config_file)) if config_file else {}
+    token = _CONFIG_FILE.set(file_data)
+    try:
+        return Settings(**_nest_overrides(overrides))
+    except ValidationError as error:
+        raise SettingsError(describe_validation_error(error)) from None
+    finally:
+        _CONFIG_FILE.reset(token)
+
+
+def table_storage_options(settings: Settings, table: TableSettings | None) -> Mapping[str, str]:
+    return {**settings.storage_options, **(table.storage_options if table else {})}
