@@ -65,8 +65,8 @@ def render_info(result: TableInfo, console: Console) -> None:
         f"fingerprint {snapshot.key.fingerprint}"
     )
     grid = Table(show_edge=False)
-    for header in ("", "blocks", "rows", "MB", "avg depth", "p95", "p99", "avg overlaps", "const", "unclust"):
-        grid.add_column(header, justify="left" if not header else "right")
+    for header in ("", "blocks", "rows", "MB", "depth", "p95", "p99", "overlaps", "const", "unclust"):
+        grid.add_column(header, justify="left" if not header else "right", no_wrap=True)
     grid.add_row(*_metrics_row("table", info.table), style="bold")
     for level, metrics in info.levels.items():
         grid.add_row(*_metrics_row(f"level {level}", metrics))
@@ -113,6 +113,58 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from recluster.merge import spark_session
+    from recluster.rounds import recluster_table, snapshot_loader
+
+    settings = _settings(args)
+    key = parse_columns(args.cluster_by) if args.cluster_by else None
+    loader = snapshot_loader(args.table, settings, key)
+    console = Console(stderr=True)
+    block_filter = None
+    if args.where:
+        from recluster.sql import parse_predicate
+
+        first = loader()
+        block_filter = parse_predicate(args.where, first.key, first.partition_columns).may_match
+    with console.status("reclustering", spinner="dots") as status:
+
+        def progress(event: str, fields: dict[str, Any]) -> None:
+            if console.is_terminal:
+                status.update(f"reclustering: {event} " + " ".join(f"{k}={v}" for k, v in fields.items()))
+
+        result = recluster_table(
+            args.table,
+            loader,
+            settings=settings,
+            spark_factory=lambda: spark_session(settings.spark),
+            final=args.final,
+            block_filter=block_filter,
+            file_limit=args.limit,
+            dry_run=args.dry_run,
+            progress=progress,
+        )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    out = Console()
+    if args.dry_run:
+        for plan in result.plans:
+            out.print(str(plan), markup=False, highlight=False)
+        return 0
+    out.print(
+        f"rounds={result.rounds} tasks={result.tasks} files -{result.files_removed} +{result.files_added} "
+        f"read={result.bytes_read / 1e6:.1f}MB written={result.bytes_written / 1e6:.1f}MB "
+        f"rows={result.rows_rewritten:,} conflicts={result.conflicts} stop={result.stop_reason} "
+        f"({result.seconds:.1f}s)"
+    )
+    out.print(
+        f"average_depth {result.before.table.average_depth:.3f} -> {result.after.table.average_depth:.3f}, "
+        f"p99_depth {result.before.table.p99_depth} -> {result.after.table.p99_depth}"
+    )
+    return 0 if result.failures == 0 else EXIT_ERROR
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML settings file")
     parser.add_argument(
@@ -144,6 +196,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(info)
     info.set_defaults(handler=cmd_info)
+
+    run = commands.add_parser(
+        "run",
+        help="recluster a table now: one round, or --final until fully clustered",
+        description="Plan, merge (Spark) and commit recluster rounds on a Delta table.",
+    )
+    run.add_argument("table", metavar="TABLE_URI")
+    run.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
+    run.add_argument("--final", action="store_true", help="repeat rounds until the table is fully clustered")
+    run.add_argument("--where", metavar="EXPR", help="only files whose key/partition stats may match EXPR")
+    run.add_argument("--limit", type=int, metavar="N", help="rewrite at most N files in this run")
+    run.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    _common(run)
+    run.set_defaults(handler=cmd_run)
 
     demo = commands.add_parser(
         "demo",

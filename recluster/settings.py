@@ -53,8 +53,6 @@ class ClusteringSettings(_Section):
     max_tasks_per_round: int = Field(4, ge=1)
     max_final_rounds: int = Field(100, ge=1)
     """FINAL stops after this many rounds even if it still makes progress."""
-    executor_memory_fraction: float = Field(0.3, gt=0, le=1)
-    """Share of executor memory one task may use; bounds the task's input bytes together with max_merge_bytes."""
 
 
 class SparkSettings(_Section):

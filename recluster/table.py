@@ -376,6 +376,7 @@ class WrittenFile:
     bytes: int
     partition: Partition
     stats: Mapping[str, Any]
+    level: int
 
 
 def commit_rewrite(
@@ -409,8 +410,21 @@ def commit_rewrite(
         )
     except CommitFailedError as error:
         raise CommitConflict(_first_line(error)) from None
-    table.update_incremental()
     return table.version()
+
+
+def committed_with(table_uri: str, storage_options: Mapping[str, str] | None, name: str, value: str, since: int) -> bool:
+    """Whether a commit after version `since` carries commitInfo[name] == value (retry idempotency)."""
+    latest = open_table(table_uri, storage_options)
+    history = latest.history(limit=max(latest.version() - since, 0) + 1)
+    return any(entry.get(name) == value for entry in history if entry.get("version", since + 1) > since)
+
+
+def table_at(table_uri: str, storage_options: Mapping[str, str] | None, version: int) -> DeltaTable:
+    """The table as of `version`: commits built on it are conflict-checked against everything since."""
+    table = open_table(table_uri, storage_options)
+    table.load_as_version(version)
+    return table
 
 
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:

@@ -1,0 +1,273 @@
+"""All Spark work: read exactly a task's files, range-partition and sort by the key, write sized files.
+
+Spark does the distributed part (read, range partition, sort). Each sorted partition is handed to
+`write_sorted_partition` through `mapInArrow`, which cuts files where the key value changes (a value never
+spans two outputs unless it alone exceeds the target, DESIGN §6), names them with their level and key
+fingerprint and computes their Delta stats. The same code writes to any filesystem pyarrow can reach.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from recluster.blocks import LEVEL_CONSTANT, data_file_name
+from recluster.selection import MergeTask
+from recluster.settings import SparkSettings
+from recluster.table import WrittenFile, file_location
+
+STATS_STRING_PREFIX = 32
+"""Delta truncates string stats to 32 characters; a truncated max gets a tie-breaker above any suffix."""
+STRING_TIE_BREAKER = "\U0010ffff"
+DEFAULT_INDEXED_COLUMNS = 32
+
+RESULT_SCHEMA = "path string, rows long, bytes long, stats string, level int"
+
+
+def spark_session(settings: SparkSettings) -> Any:
+    """The Spark session for merges; workers run this interpreter (a venv otherwise breaks them)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(settings.master)
+        .appName(settings.app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.log.level", "ERROR")
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.scheduler.mode", "FAIR")
+    )
+    for name, value in settings.conf.items():
+        builder = builder.config(name, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def stats_columns(schema: pa.Schema, properties: Mapping[str, str]) -> list[str]:
+    """Columns that get min/max/nullCount, honouring the Delta data-skipping properties."""
+    explicit = properties.get("delta.dataSkippingStatsColumns")
+    if explicit:
+        wanted = [c.strip().strip("`") for c in explicit.split(",") if c.strip()]
+        return [c for c in wanted if c in schema.names]
+    count = int(properties.get("delta.dataSkippingNumIndexedCols", DEFAULT_INDEXED_COLUMNS))
+    names = list(schema.names)
+    return names if count < 0 else names[:count]
+
+
+def _stat_value(value: Any, arrow_type: pa.DataType, upper: bool) -> Any:
+    """A min (upper=False) or max (upper=True) in Delta's JSON form; None when it cannot be written."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dt.datetime):
+        micros = value.microsecond % 1000
+        if upper and micros:  # round a max up to whole milliseconds: never below the real max
+            value = value + dt.timedelta(microseconds=1000 - micros)
+        else:
+            value = value - dt.timedelta(microseconds=micros)
+        text = value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
+        return text + "Z" if arrow_type.tz is not None else text
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, str):
+        if len(value) <= STATS_STRING_PREFIX:
+            return value
+        return value[:STATS_STRING_PREFIX] + STRING_TIE_BREAKER if upper else value[:STATS_STRING_PREFIX]
+    if isinstance(value, bytes):
+        return None  # Delta collects no stats for binary columns
+    if isinstance(value, bool | int):
+        return value
+    return float(value)  # decimals
+
+
+def delta_stats(table: pa.Table, columns: Sequence[str]) -> dict[str, Any]:
+    """numRecords, minValues, maxValues and nullCount of one output file."""
+    minimums: dict[str, Any] = {}
+    maximums: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for name in columns:
+        column = table.column(name)
+        if pa.types.is_nested(column.type):
+            continue
+        nulls[name] = column.null_count
+        if column.null_count == len(column) or pa.types.is_binary(column.type):
+            continue
+        if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+            continue  # NaN has no JSON form and sorts above +inf: leave the range open
+        extremes = pc.min_max(column)
+        low = _stat_value(extremes["min"].as_py(), column.type, upper=False)
+        high = _stat_value(extremes["max"].as_py(), column.type, upper=True)
+        if low is not None and high is not None:
+            minimums[name], maximums[name] = low, high
+    return {"numRecords": table.num_rows, "minValues": minimums, "maxValues": maximums, "nullCount": nulls}
+
+
+def key_run_starts(table: pa.Table, key: Sequence[str]) -> npt.NDArray[np.int64]:
+    """Row positions where the key value changes in a sorted table (NULL equals NULL, NaN equals NaN)."""
+    n = table.num_rows
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    differs = np.zeros(n - 1, dtype=bool)
+    for name in key:
+        column = table.column(name).combine_chunks()
+        previous, current = column.slice(0, n - 1), column.slice(1)
+        not_equal = pc.not_equal(previous, current)
+        if pa.types.is_floating(column.type):
+            both_nan = pc.fill_null(pc.and_(pc.is_nan(previous), pc.is_nan(current)), False)
+            not_equal = pc.and_not(not_equal, both_nan)
+        null_differs = pc.xor(pc.is_null(previous), pc.is_null(current))
+        changed = pc.or_(pc.fill_null(not_equal, False), null_differs)
+        differs |= changed.to_numpy(zero_copy_only=False)
+    return np.concatenate(([0], np.flatnonzero(differs) + 1)).astype(np.int64)
+
+
+def file_segments(
+    run_starts: npt.NDArray[np.int64], rows: int, target_rows: int, files: int
+) -> list[tuple[int, int]]:
+    """[start, stop) row ranges of the output files of one sorted partition.
+
+    About `files` even pieces cut only at run starts; a run of >= target_rows rows (one heavy value) is
+    split into constant pieces of >= target_rows each, which become level -1.
+    """
+    if rows == 0:
+        return []
+    ends = np.append(run_starts[1:], rows)
+    lengths = ends - run_starts
+    cuts: set[int] = set()
+    for i in np.flatnonzero(lengths >= target_rows):
+        start, length = int(run_starts[i]), int(lengths[i])
+        pieces = length // target_rows
+        cuts.update(start + (length * j) // pieces for j in range(pieces + 1))
+    if files > 1:
+        ideal = np.array([(rows * j) // files for j in range(1, files)], dtype=np.int64)
+        right = np.clip(np.searchsorted(run_starts, ideal), 0, len(run_starts) - 1)
+        left = np.clip(right - 1, 0, len(run_starts) - 1)
+        nearest = np.where(
+            np.abs(run_starts[left] - ideal) <= np.abs(run_starts[right] - ideal), run_starts[left], run_starts[right]
+        )
+        cuts.update(int(c) for c in nearest)
+    bounds = [0, *sorted(c for c in cuts if 0 < c < rows), rows]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """Everything a Spark task needs to write one merge task's outputs (picklable, no Spark objects)."""
+
+    table_root: str
+    directory: str
+    schema: pa.Schema
+    key: tuple[str, ...]
+    stats_columns: tuple[str, ...]
+    output_level: int
+    fingerprint: str
+    run_id: str
+    target_rows: int
+    target_file_bytes: int
+    bytes_per_row: float
+
+
+def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: one sorted range partition in, one result row per written file out."""
+    collected = [batch for batch in batches if batch.num_rows]
+    if not collected:
+        return
+    table = pa.Table.from_batches(collected).select(spec.schema.names).cast(spec.schema)
+    files_by_rows = math.ceil(table.num_rows / spec.target_rows - 0.25)  # within 25% of target: one file
+    files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
+    segments = file_segments(
+        key_run_starts(table, spec.key), table.num_rows, spec.target_rows, max(1, files_by_rows, files_by_bytes)
+    )
+    results = []
+    for start, stop in segments:
+        piece = table.slice(start, stop - start)
+        stats = delta_stats(piece, spec.stats_columns)
+        constant = len(key_run_starts(piece, spec.key)) == 1
+        level = LEVEL_CONSTANT if constant and piece.num_rows >= spec.target_rows else spec.output_level
+        relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id))
+        location = file_location(spec.table_root, relative)
+        os.makedirs(os.path.dirname(location), exist_ok=True)
+        pq.write_table(piece, location, compression="snappy", write_statistics=True)
+        size = os.path.getsize(location)
+        results.append(
+            {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": json.dumps(stats), "level": level}
+        )
+    yield pa.RecordBatch.from_pylist(
+        results,
+        schema=pa.schema(
+            [("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()), ("stats", pa.string()), ("level", pa.int32())]
+        ),
+    )
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema, prefer_timestamp_ntz=True)
+
+
+def execute_task(
+    spark: Any,
+    task: MergeTask,
+    *,
+    table_root: str,
+    data_schema: pa.Schema,
+    properties: Mapping[str, str],
+    key: Sequence[str],
+    fingerprint: str,
+    run_id: str,
+    target_rows: int,
+    target_file_bytes: int,
+) -> list[WrittenFile]:
+    """Rewrite one task's files sorted by the key; returns the files written (not yet committed)."""
+    from pyspark.sql import functions as F
+
+    paths = [file_location(table_root, block.path) for block in task.files]
+    frame = spark.read.schema(_spark_schema(data_schema)).parquet(*paths).select(*data_schema.names)
+    order = [F.col(f"`{name}`").asc_nulls_first() for name in key]
+    partitions = max(1, math.ceil(task.rows / target_rows), math.ceil(task.bytes / target_file_bytes))
+    spec = OutputSpec(
+        table_root=table_root,
+        directory=os.path.dirname(task.files[0].path),
+        schema=data_schema,
+        key=tuple(key),
+        stats_columns=tuple(stats_columns(data_schema, properties)),
+        output_level=task.output_level,
+        fingerprint=fingerprint,
+        run_id=run_id,
+        target_rows=target_rows,
+        target_file_bytes=target_file_bytes,
+        bytes_per_row=task.bytes / max(task.rows, 1),
+    )
+    sorted_frame = frame.repartitionByRange(partitions, *order).sortWithinPartitions(*order)
+    rows = sorted_frame.mapInArrow(lambda batches: write_sorted_partition(spec, batches), RESULT_SCHEMA).collect()
+    return [
+        WrittenFile(
+            path=row["path"],
+            rows=row["rows"],
+            bytes=row["bytes"],
+            partition=task.partition,
+            stats=json.loads(row["stats"]),
+            level=row["level"],
+        )
+        for row in rows
+    ]

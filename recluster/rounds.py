@@ -1,0 +1,249 @@
+"""Recluster rounds: plan -> execute -> commit, repeated for FINAL until nothing is left or no progress.
+
+The loop Databend keeps in its interpreter: each round re-reads the snapshot (the Delta log is the source
+of truth), plans with `select_merge_tasks`, runs independent tasks concurrently on Spark, commits each
+task atomically, and logs key=value lines with reason codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from recluster.blocks import LEVEL_CONSTANT, Block, new_run_id
+from recluster.commit import CommitOutcome, CommitStatus, commit_task
+from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
+from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
+from recluster.settings import Settings, table_storage_options
+from recluster.table import TableSnapshot, arrow_schema, load_snapshot, open_table
+
+log = logging.getLogger(__name__)
+
+BlockFilter = Callable[[Block], bool]
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReclusterResult:
+    """What a `recluster run` did: counts, before/after clustering, the plans, why it stopped."""
+
+    table: str
+    rounds: int
+    tasks: int
+    files_removed: int
+    files_added: int
+    bytes_read: int
+    bytes_written: int
+    rows_rewritten: int
+    conflicts: int
+    failures: int
+    stop_reason: str
+    before: ClusteringInfo
+    after: ClusteringInfo
+    plans: tuple[ReclusterPlan, ...] = field(default=())
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "rounds": self.rounds,
+            "tasks": self.tasks,
+            "files_removed": self.files_removed,
+            "files_added": self.files_added,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "rows_rewritten": self.rows_rewritten,
+            "conflicts": self.conflicts,
+            "failures": self.failures,
+            "stop_reason": self.stop_reason,
+            "seconds": self.seconds,
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict(),
+            "plans": [str(plan) for plan in self.plans],
+        }
+
+
+def selection_bounds(settings: Settings, snapshot: TableSnapshot, files_left: int | None) -> SelectionBounds:
+    clustering = settings.clustering
+    max_files = clustering.max_merge_files if files_left is None else min(clustering.max_merge_files, files_left)
+    return SelectionBounds(
+        depth_ratio=clustering.depth_ratio,
+        max_depth_threshold=clustering.max_depth_threshold,
+        max_task_bytes=clustering.max_merge_bytes,
+        max_task_files=max(max_files, 1),
+        max_tasks=clustering.max_tasks_per_round,
+        key_fingerprint=snapshot.key.fingerprint,
+    )
+
+
+def final_pool_depth(blocks: Sequence[Block]) -> tuple[int, int]:
+    """(total block depth, unclustered files) over what FINAL works on: both fall while it progresses."""
+    pool = [b for b in blocks if b.level != LEVEL_CONSTANT and not b.has_deletion_vector]
+    clustered = [b for b in pool if b.clustered]
+    if not clustered:
+        return 0, len(pool)
+    profile = depth_profile([b.min_key for b in clustered], [b.max_key for b in clustered])  # type: ignore[misc]
+    return int(profile.block_depth.sum()), len(pool) - len(clustered)
+
+
+@dataclass
+class _Totals:
+    tasks: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    rows_rewritten: int = 0
+    conflicts: int = 0
+    failures: int = 0
+
+    def add(self, outcome: CommitOutcome) -> None:
+        if outcome.status is CommitStatus.COMMITTED:
+            self.tasks += 1
+            self.files_removed += len(outcome.task.files)
+            self.files_added += len(outcome.written)
+            self.bytes_read += outcome.task.bytes
+            self.bytes_written += sum(f.bytes for f in outcome.written)
+            self.rows_rewritten += outcome.task.rows
+        elif outcome.status is CommitStatus.CONFLICT:
+            self.conflicts += 1
+        else:
+            self.failures += 1
+
+
+def run_task(
+    spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str, task_id: str
+) -> CommitOutcome:
+    """Merge one task on Spark and commit it (or clean up after it)."""
+    from recluster.merge import execute_task
+
+    options = table_storage_options(settings, None)
+    schema = arrow_schema(open_table(snapshot.uri, options))
+    data_schema = pa.schema([f for f in schema if f.name not in snapshot.partition_columns])
+    written = execute_task(
+        spark,
+        task,
+        table_root=snapshot.uri,
+        data_schema=data_schema,
+        properties=snapshot.properties,
+        key=snapshot.key.names,
+        fingerprint=snapshot.key.fingerprint,
+        run_id=run_id,
+        target_rows=settings.clustering.target_rows,
+        target_file_bytes=settings.clustering.target_file_bytes,
+    )
+    return commit_task(
+        task,
+        written,
+        table_uri=snapshot.uri,
+        storage_options=options,
+        read_version=snapshot.version,
+        run_id=run_id,
+        task_id=task_id,
+        settings=settings.commit,
+    )
+
+
+def execute_plan(
+    spark: Any, plan: ReclusterPlan, snapshot: TableSnapshot, *, settings: Settings, run_id: str
+) -> list[CommitOutcome]:
+    """Run a plan's independent tasks concurrently (Spark schedules their jobs side by side)."""
+    if not plan.tasks:
+        return []
+    with ThreadPoolExecutor(max_workers=min(len(plan.tasks), settings.clustering.max_tasks_per_round)) as pool:
+        futures = [
+            pool.submit(
+                run_task, spark, task, snapshot, settings=settings, run_id=run_id, task_id=f"{run_id}-v{plan.read_version}-t{i}"
+            )
+            for i, task in enumerate(plan.tasks)
+        ]
+        return [future.result() for future in futures]
+
+
+def recluster_table(
+    uri: str,
+    snapshot_loader: Callable[[], TableSnapshot],
+    *,
+    settings: Settings,
+    spark_factory: Callable[[], Any],
+    final: bool = False,
+    block_filter: BlockFilter | None = None,
+    file_limit: int | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> ReclusterResult:
+    """One round, or FINAL rounds until within threshold, no progress, the file limit or max rounds."""
+    started = time.monotonic()
+    run_id = new_run_id()
+    snapshot = snapshot_loader()
+    before = clustering_info(snapshot.blocks)
+    totals = _Totals()
+    plans: list[ReclusterPlan] = []
+    rounds = 0
+    spark = None
+    stop_reason = "within_threshold"
+    while True:
+        files_left = None if file_limit is None else file_limit - totals.files_removed
+        if files_left is not None and files_left < 1:
+            stop_reason = "file_limit"
+            break
+        candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
+        plan = select_merge_tasks(
+            uri, snapshot.version, candidates, selection_bounds(settings, snapshot, files_left), final=final
+        )
+        plans.append(plan)
+        log.info("recluster plan table=%s round=%d tasks=%d", uri, rounds + 1, len(plan.tasks))
+        if plan.empty:
+            stop_reason = "within_threshold" if rounds == 0 or final else "round_done"
+            break
+        if dry_run:
+            stop_reason = "dry_run"
+            break
+        if spark is None:
+            spark = spark_factory()
+        rounds += 1
+        if progress:
+            progress("round", {"round": rounds, "tasks": len(plan.tasks), "bytes": sum(t.bytes for t in plan.tasks)})
+        depth_before = final_pool_depth(candidates)
+        for outcome in execute_plan(spark, plan, snapshot, settings=settings, run_id=run_id):
+            totals.add(outcome)
+            log.info("recluster %s table=%s %s", outcome, uri, outcome.task)
+            if progress:
+                progress("task", {"status": str(outcome.status), "bytes": outcome.task.bytes})
+        snapshot = snapshot_loader()
+        if not final:
+            stop_reason = "round_done"
+            break
+        after_candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
+        if final_pool_depth(after_candidates) >= depth_before:
+            stop_reason = "no_progress"
+            log.warning("recluster final loop stop reason=no_progress table=%s round=%d", uri, rounds)
+            break
+        if rounds >= settings.clustering.max_final_rounds:
+            stop_reason = "max_rounds"
+            break
+    return ReclusterResult(
+        table=uri,
+        rounds=rounds,
+        stop_reason=stop_reason,
+        before=before,
+        after=clustering_info(snapshot.blocks),
+        plans=tuple(plans),
+        seconds=time.monotonic() - started,
+        **vars(totals),
+    )
+
+
+def snapshot_loader(uri: str, settings: Settings, key_names: Sequence[str] | None) -> Callable[[], TableSnapshot]:
+    """Re-reads the table's latest snapshot with the key resolved (and the table checked) once, up front."""
+    from recluster.api import read_snapshot, table_settings
+
+    key = read_snapshot(uri, settings=settings, cluster_by=key_names).key
+    options = table_storage_options(settings, table_settings(settings, uri))
+    return lambda: load_snapshot(open_table(uri, options), key, uri=uri, storage_options=options)
