@@ -8,6 +8,7 @@ plain byte order is the tuple order (NULL first, NaN after +inf, as Spark sorts 
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import decimal
 import hashlib
@@ -80,10 +81,7 @@ def _encode_bytes(value: bytes) -> bytes:
 
 
 def _micros(value: dt.datetime) -> int:
-    if value.tzinfo is None:
-        delta = value - _EPOCH
-    else:
-        delta = value - _EPOCH_UTC
+    delta = value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
@@ -120,9 +118,7 @@ def encode_key(values: Sequence[Any], columns: Sequence[KeyColumn], prefix: byte
 
 def encode_partition(partition: Sequence[tuple[str, str | None]]) -> bytes:
     """Partition values as a key prefix: files of two partitions never overlap."""
-    return b"".join(
-        _NULL if v is None else _VALUE + _encode_bytes(v.encode("utf-8")) for _, v in partition
-    )
+    return b"".join(_NULL if v is None else _VALUE + _encode_bytes(v.encode("utf-8")) for _, v in partition)
 
 
 Partition = tuple[tuple[str, str | None], ...]
@@ -140,8 +136,8 @@ class Block:
     path: str
     rows: int
     bytes: int
-    min_key: bytes | None
-    max_key: bytes | None
+    min_key: builtins.bytes | None
+    max_key: builtins.bytes | None
     min_values: tuple[Any, ...] | None = None
     max_values: tuple[Any, ...] | None = None
     level: int = LEVEL_APPENDED

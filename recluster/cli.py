@@ -14,7 +14,9 @@ from rich.table import Table
 
 from recluster.api import TableInfo, table_info
 from recluster.metrics import ClusteringMetrics
-from recluster.settings import Settings, SettingsError, load_settings
+from recluster.rounds import ReclusterResult
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings, SettingsError, load_settings
+from recluster.sql import SqlError
 from recluster.table import TableError, parse_columns
 
 EXIT_ERROR = 1
@@ -114,55 +116,120 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return _recluster(
+        args.table,
+        settings=_settings(args),
+        cluster_by=parse_columns(args.cluster_by) if args.cluster_by else None,
+        final=args.final,
+        where=args.where,
+        limit=args.limit,
+        dry_run=args.dry_run,
+        as_json=args.json,
+    )
+
+
+def _recluster(
+    uri: str,
+    *,
+    settings: Settings,
+    cluster_by: list[str] | None,
+    final: bool,
+    where: str | None,
+    limit: int | None,
+    dry_run: bool,
+    as_json: bool,
+    where_offset: int = 0,
+) -> int:
     from recluster.merge import spark_session
     from recluster.rounds import recluster_table, snapshot_loader
+    from recluster.sql import parse_predicate
 
-    settings = _settings(args)
-    key = parse_columns(args.cluster_by) if args.cluster_by else None
-    loader = snapshot_loader(args.table, settings, key)
-    console = Console(stderr=True)
+    if limit is not None and limit < 1:
+        raise UsageError("--limit must be a positive number of files")
+    loader = snapshot_loader(uri, settings, cluster_by)
     block_filter = None
-    if args.where:
-        from recluster.sql import parse_predicate
-
+    if where:
         first = loader()
-        block_filter = parse_predicate(args.where, first.key, first.partition_columns).may_match
+        block_filter = parse_predicate(where, first.key, first.partition_columns, where_offset).may_match
+    console = Console(stderr=True)
     with console.status("reclustering", spinner="dots") as status:
 
         def progress(event: str, fields: dict[str, Any]) -> None:
-            if console.is_terminal:
-                status.update(f"reclustering: {event} " + " ".join(f"{k}={v}" for k, v in fields.items()))
+            status.update(f"reclustering: {event} " + " ".join(f"{k}={v}" for k, v in fields.items()))
 
         result = recluster_table(
-            args.table,
+            uri,
             loader,
             settings=settings,
             spark_factory=lambda: spark_session(settings.spark),
-            final=args.final,
+            final=final,
             block_filter=block_filter,
-            file_limit=args.limit,
-            dry_run=args.dry_run,
-            progress=progress,
+            file_limit=limit,
+            dry_run=dry_run,
+            progress=progress if console.is_terminal else None,
         )
-    if args.json:
+    if as_json:
         print_json(result.to_dict())
-        return 0
-    out = Console()
-    if args.dry_run:
+    else:
+        render_result(result, Console())
+    return 0 if result.failures == 0 else EXIT_ERROR
+
+
+def render_result(result: ReclusterResult, out: Console) -> None:
+    if result.stop_reason == "dry_run" or not result.rounds:
         for plan in result.plans:
             out.print(str(plan), markup=False, highlight=False)
-        return 0
     out.print(
         f"rounds={result.rounds} tasks={result.tasks} files -{result.files_removed} +{result.files_added} "
         f"read={result.bytes_read / 1e6:.1f}MB written={result.bytes_written / 1e6:.1f}MB "
         f"rows={result.rows_rewritten:,} conflicts={result.conflicts} stop={result.stop_reason} "
-        f"({result.seconds:.1f}s)"
+        f"({result.seconds:.1f}s)",
+        markup=False,
+        highlight=False,
     )
     out.print(
         f"average_depth {result.before.table.average_depth:.3f} -> {result.after.table.average_depth:.3f}, "
-        f"p99_depth {result.before.table.p99_depth} -> {result.after.table.p99_depth}"
+        f"p99_depth {result.before.table.p99_depth} -> {result.after.table.p99_depth}",
+        highlight=False,
     )
-    return 0 if result.failures == 0 else EXIT_ERROR
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from recluster.sql import ClusterByStatement, parse_statement
+    from recluster.table import open_table, resolve_cluster_key, set_table_properties
+
+    statement = parse_statement(args.statement)
+    settings = _settings(args)
+    try:
+        table = open_table(statement.table, settings.storage_options)
+    except TableError:
+        if statement.if_exists:
+            print(f"table {statement.table} does not exist; nothing to do (IF EXISTS)", file=sys.stderr)
+            return 0
+        raise
+    if isinstance(statement, ClusterByStatement):
+        key = resolve_cluster_key(table, statement.columns, statement.table)
+        set_table_properties(table, {CLUSTER_BY_PROPERTY: ",".join(key.names)})
+        summary = {"table": statement.table, "cluster_by": list(key.names), "fingerprint": key.fingerprint}
+        if args.json:
+            print_json(summary)
+        else:
+            print(
+                f"cluster key of {statement.table} is now ({key}), fingerprint {key.fingerprint}; files sorted "
+                f"by an older key are left alone until `recluster run --final`"
+            )
+        return 0
+    return _recluster(
+        statement.table,
+        settings=settings,
+        cluster_by=None,
+        final=statement.final,
+        where=statement.where,
+        limit=statement.limit,
+        dry_run=args.dry_run,
+        as_json=args.json,
+        where_offset=statement.where_offset,
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -191,9 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     info.add_argument("table", metavar="TABLE_URI", help="table path, file:// or object-store URI")
     info.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
-    info.add_argument(
-        "--partition", action="append", metavar="COLUMN=VALUE", help="only this partition (repeatable)"
-    )
+    info.add_argument("--partition", action="append", metavar="COLUMN=VALUE", help="only this partition (repeatable)")
     _common(info)
     info.set_defaults(handler=cmd_info)
 
@@ -210,6 +275,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     _common(run)
     run.set_defaults(handler=cmd_run)
+
+    sql = commands.add_parser(
+        "sql",
+        help="run a statement: ALTER TABLE t RECLUSTER [FINAL] [WHERE c] [LIMIT n] | CLUSTER BY (a, b)",
+        description=(
+            "Statements: ALTER TABLE [IF EXISTS] t RECLUSTER [FINAL] [WHERE cond] [LIMIT n]; "
+            "OPTIMIZE TABLE t RECLUSTER (a FINAL recluster); ALTER TABLE t CLUSTER BY (a, b). "
+            "t is delta.`URI` or a quoted path. WHERE chooses candidate files by their key/partition stats."
+        ),
+    )
+    sql.add_argument("statement", metavar="STATEMENT")
+    sql.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    _common(sql)
+    sql.set_defaults(handler=cmd_sql)
 
     demo = commands.add_parser(
         "demo",
@@ -234,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.handler(args))
-    except (SettingsError, UsageError) as error:
+    except (SettingsError, UsageError, SqlError) as error:
         print(f"recluster: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except TableError as error:

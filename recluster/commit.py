@@ -15,7 +15,14 @@ from deltalake.exceptions import DeltaError
 
 from recluster.selection import MergeTask
 from recluster.settings import CommitSettings
-from recluster.table import CommitConflict, WrittenFile, commit_rewrite, committed_with, delete_files, table_at
+from recluster.table import (
+    CommitConflict,
+    WrittenFile,
+    commit_rewrite,
+    committed_with,
+    delete_files,
+    table_at,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +49,8 @@ class CommitOutcome:
     def __str__(self) -> str:
         version = f" version={self.version}" if self.version is not None else ""
         reason = f" reason={self.reason}" if self.reason else ""
-        return f"commit status={self.status}{version} files_in={len(self.task.files)} files_out={len(self.written)}{reason}"
+        files = f"files_in={len(self.task.files)} files_out={len(self.written)}"
+        return f"commit status={self.status}{version} {files}{reason}"
 
 
 def commit_metadata(task: MergeTask, *, run_id: str, task_id: str, read_version: int) -> dict[str, str]:
@@ -73,7 +81,9 @@ def commit_task(
     rows_out = sum(f.rows for f in files)
     if rows_out != task.rows:
         delete_files(table_uri, [f.path for f in files], storage_options)
-        return CommitOutcome(task, CommitStatus.FAILED, None, files, f"row_count_mismatch in={task.rows} out={rows_out}")
+        return CommitOutcome(
+            task, CommitStatus.FAILED, None, files, f"row_count_mismatch in={task.rows} out={rows_out}"
+        )
     metadata = commit_metadata(task, run_id=run_id, task_id=task_id, read_version=read_version)
     delay = settings.backoff_seconds
     for attempt in range(1, settings.max_attempts + 1):

@@ -9,6 +9,7 @@ fingerprint and computes their Delta stats. The same code writes to any filesyst
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -140,9 +141,7 @@ def key_run_starts(table: pa.Table, key: Sequence[str]) -> npt.NDArray[np.int64]
     return np.concatenate(([0], np.flatnonzero(differs) + 1)).astype(np.int64)
 
 
-def file_segments(
-    run_starts: npt.NDArray[np.int64], rows: int, target_rows: int, files: int
-) -> list[tuple[int, int]]:
+def file_segments(run_starts: npt.NDArray[np.int64], rows: int, target_rows: int, files: int) -> list[tuple[int, int]]:
     """[start, stop) row ranges of the output files of one sorted partition.
 
     About `files` even pieces cut only at run starts; a run of >= target_rows rows (one heavy value) is
@@ -162,11 +161,13 @@ def file_segments(
         right = np.clip(np.searchsorted(run_starts, ideal), 0, len(run_starts) - 1)
         left = np.clip(right - 1, 0, len(run_starts) - 1)
         nearest = np.where(
-            np.abs(run_starts[left] - ideal) <= np.abs(run_starts[right] - ideal), run_starts[left], run_starts[right]
+            np.abs(run_starts[left] - ideal) <= np.abs(run_starts[right] - ideal),
+            run_starts[left],
+            run_starts[right],
         )
         cuts.update(int(c) for c in nearest)
     bounds = [0, *sorted(c for c in cuts if 0 < c < rows), rows]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
+    return list(itertools.pairwise(bounds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +196,10 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     files_by_rows = math.ceil(table.num_rows / spec.target_rows - 0.25)  # within 25% of target: one file
     files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
     segments = file_segments(
-        key_run_starts(table, spec.key), table.num_rows, spec.target_rows, max(1, files_by_rows, files_by_bytes)
+        key_run_starts(table, spec.key),
+        table.num_rows,
+        spec.target_rows,
+        max(1, files_by_rows, files_by_bytes),
     )
     results = []
     for start, stop in segments:
@@ -209,12 +213,24 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
         pq.write_table(piece, location, compression="snappy", write_statistics=True)
         size = os.path.getsize(location)
         results.append(
-            {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": json.dumps(stats), "level": level}
+            {
+                "path": relative,
+                "rows": piece.num_rows,
+                "bytes": size,
+                "stats": json.dumps(stats),
+                "level": level,
+            }
         )
     yield pa.RecordBatch.from_pylist(
         results,
         schema=pa.schema(
-            [("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()), ("stats", pa.string()), ("level", pa.int32())]
+            [
+                ("path", pa.string()),
+                ("rows", pa.int64()),
+                ("bytes", pa.int64()),
+                ("stats", pa.string()),
+                ("level", pa.int32()),
+            ]
         ),
     )
 

@@ -100,9 +100,7 @@ def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> Depth
     starts = np.unique(lo)
     first = np.searchsorted(starts, lo, side="left")
     last = np.searchsorted(starts, hi, side="right") - 1
-    block_depth = (
-        _range_max(point_depth[starts], first, last) if n else np.zeros(0, dtype=np.int64)
-    )
+    block_depth = _range_max(point_depth[starts], first, last) if n else np.zeros(0, dtype=np.int64)
     sorted_lo, sorted_hi = np.sort(lo), np.sort(hi)
     starting_after = n - np.searchsorted(sorted_lo, hi, side="right")
     ending_before = np.searchsorted(sorted_hi, lo, side="left")

@@ -159,7 +159,13 @@ def execute_plan(
     with ThreadPoolExecutor(max_workers=min(len(plan.tasks), settings.clustering.max_tasks_per_round)) as pool:
         futures = [
             pool.submit(
-                run_task, spark, task, snapshot, settings=settings, run_id=run_id, task_id=f"{run_id}-v{plan.read_version}-t{i}"
+                run_task,
+                spark,
+                task,
+                snapshot,
+                settings=settings,
+                run_id=run_id,
+                task_id=f"{run_id}-v{plan.read_version}-t{i}",
             )
             for i, task in enumerate(plan.tasks)
         ]
@@ -209,7 +215,10 @@ def recluster_table(
             spark = spark_factory()
         rounds += 1
         if progress:
-            progress("round", {"round": rounds, "tasks": len(plan.tasks), "bytes": sum(t.bytes for t in plan.tasks)})
+            progress(
+                "round",
+                {"round": rounds, "tasks": len(plan.tasks), "bytes": sum(t.bytes for t in plan.tasks)},
+            )
         depth_before = final_pool_depth(candidates)
         for outcome in execute_plan(spark, plan, snapshot, settings=settings, run_id=run_id):
             totals.add(outcome)

@@ -151,12 +151,12 @@ def _deepest_range_tasks(
         covering = np.flatnonzero((profile.lo <= ends[run]) & (profile.hi >= starts[run]) & ~used)
         if len(covering) < 2:
             continue
-        chosen = _bounded([blocks[i] for i in covering], bounds)
+        chosen = _bounded([blocks[int(i)] for i in covering], bounds)
         if len(chosen) < 2:
             oversized += 1
             continue
         chosen_paths = {b.path for b in chosen}
-        used[[i for i in covering if blocks[i].path in chosen_paths]] = True
+        used[[int(i) for i in covering if blocks[int(i)].path in chosen_paths]] = True
         groups.append(chosen)
         depths.append(run_depth)
     return groups, depths, oversized
@@ -196,18 +196,20 @@ def select_merge_tasks(
             level = max(b.level for b in group)
             tasks.append(MergeTask(partition, level, _output_level(level), tuple(group), Reason.UNCLUSTERED, 0))
         clustered = [b for b in members if b.clustered]
-        pools = [(max((b.level for b in clustered), default=0), clustered, 1.0)] if final else [
-            (level, [b for b in clustered if b.level == level], 0.0)
-            for level in sorted({b.level for b in clustered})
-        ]
-        for level, pool, final_threshold in pools:
+        pools = (
+            [(max((b.level for b in clustered), default=0), clustered, 1.0)]
+            if final
+            else [
+                (level, [b for b in clustered if b.level == level], 0.0)
+                for level in sorted({b.level for b in clustered})
+            ]
+        )
+        for _level, pool, final_threshold in pools:
             if len(pool) < 2 or len(tasks) >= bounds.max_tasks:
                 continue
             threshold = final_threshold if final else level_threshold(len(pool), bounds)
             reason = Reason.FINAL if final else Reason.DEPTH_ABOVE_THRESHOLD
-            groups, depths, over = _deepest_range_tasks(
-                pool, threshold, bounds, reason, bounds.max_tasks - len(tasks)
-            )
+            groups, depths, over = _deepest_range_tasks(pool, threshold, bounds, reason, bounds.max_tasks - len(tasks))
             oversized += over
             tasks.extend(
                 MergeTask(

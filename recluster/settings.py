@@ -93,13 +93,11 @@ class StreamSettings(_Section):
     max_bytes_per_batch: int = Field(8 * GIB, gt=0)
 
 
-_CONFIG_FILE: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("config_file", default={})
+_CONFIG_FILE: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("config_file")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="RECLUSTER_", env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix="RECLUSTER_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
     storage_options: dict[str, str] = Field(default_factory=dict)
     """delta-rs storage options for every table (per-table options are merged on top)."""
@@ -118,7 +116,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, InitSettingsSource(settings_cls, _CONFIG_FILE.get())
+        return init_settings, env_settings, InitSettingsSource(settings_cls, _CONFIG_FILE.get({}))
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:

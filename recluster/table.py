@@ -6,6 +6,7 @@ read once and cached (data files are immutable, so the cache never goes stale).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import json
@@ -79,8 +80,14 @@ _KEY_TYPES: tuple[tuple[Any, KeyType], ...] = (
     (pa.types.is_integer, KeyType.INTEGER),
     (pa.types.is_floating, KeyType.FLOAT),
     (pa.types.is_decimal, KeyType.DECIMAL),
-    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t), KeyType.STRING),
-    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t), KeyType.BINARY),
+    (
+        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t),
+        KeyType.STRING,
+    ),
+    (
+        lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t),
+        KeyType.BINARY,
+    ),
     (pa.types.is_boolean, KeyType.BOOLEAN),
     (pa.types.is_date, KeyType.DATE),
     (pa.types.is_timestamp, KeyType.TIMESTAMP),
@@ -243,9 +250,7 @@ def footer_stats(
             break
         mins.append(None if nulls or not lows else min(lows))
         maxes.append(max(highs) if highs else None)
-    result = FooterStats(
-        metadata.num_rows, tuple(mins) if usable else None, tuple(maxes) if usable else None
-    )
+    result = FooterStats(metadata.num_rows, tuple(mins) if usable else None, tuple(maxes) if usable else None)
     _FOOTER_CACHE[cache_key] = result
     return result
 
@@ -396,8 +401,7 @@ def commit_rewrite(
         RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed
     ]
     actions.extend(
-        AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str))
-        for f in added
+        AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str)) for f in added
     )
     partition_by = list(table.metadata().partition_columns)
     try:
@@ -413,7 +417,9 @@ def commit_rewrite(
     return table.version()
 
 
-def committed_with(table_uri: str, storage_options: Mapping[str, str] | None, name: str, value: str, since: int) -> bool:
+def committed_with(
+    table_uri: str, storage_options: Mapping[str, str] | None, name: str, value: str, since: int
+) -> bool:
     """Whether a commit after version `since` carries commitInfo[name] == value (retry idempotency)."""
     latest = open_table(table_uri, storage_options)
     history = latest.history(limit=max(latest.version() - since, 0) + 1)
@@ -431,10 +437,8 @@ def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[
     """Delete files a rewrite wrote but could not commit (they are referenced by no version)."""
     filesystem = table_filesystem(table_uri, storage_options)
     for path in paths:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             filesystem.delete_file(file_location(table_uri, path))
-        except FileNotFoundError:
-            pass
 
 
 def set_table_properties(table: DeltaTable, properties: Mapping[str, str]) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -23,15 +21,6 @@ def spark() -> Iterator[Any]:
     session = spark_session(SparkSettings(master="local[2]", shuffle_partitions=2))
     yield session
     session.stop()
-
-
-def row_multiset(table: pa.Table) -> tuple[int, str]:
-    """Count plus an order-independent hash over all columns: equal iff the row multisets are equal."""
-    columns = sorted(table.column_names)
-    digests = sorted(
-        hashlib.sha256(repr(tuple(row[c] for c in columns)).encode()).hexdigest() for row in table.to_pylist()
-    )
-    return table.num_rows, hashlib.sha256("".join(digests).encode()).hexdigest()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,0 +1,227 @@
+"""Recluster rounds end to end: real Delta tables (deltalake), real local Spark, rows checked read back."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from recluster.blocks import parse_data_file_name
+from recluster.commit import CommitStatus, commit_task
+from recluster.merge import execute_task
+from recluster.rounds import recluster_table, snapshot_loader
+from recluster.selection import select_merge_tasks
+from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
+from recluster.table import arrow_schema, set_table_properties
+from tests.helpers import row_multiset
+
+pytestmark = pytest.mark.spark
+
+SETTINGS = Settings(clustering=ClusteringSettings(target_rows=6_000, max_tasks_per_round=2))
+
+
+def append(path: Path, table: pa.Table) -> None:
+    create = not (path / "_delta_log").exists()
+    write_deltalake(str(path), table, mode="append")
+    if create:
+        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+
+
+def random_batches(path: Path, batches: int, rows: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for batch in range(batches):
+        keys = rng.integers(-(10**9), 10**9, size=rows)
+        append(
+            path,
+            pa.table(
+                {
+                    "k": pa.array(keys, pa.int64()),
+                    "batch": pa.array([batch] * rows, pa.int32()),
+                    "s": pa.array([f"v{x % 97}" for x in keys.tolist()]),
+                }
+            ),
+        )
+
+
+def run(path: Path, spark, settings: Settings = SETTINGS, **options):
+    loader = snapshot_loader(str(path), settings, None)
+    return recluster_table(str(path), loader, settings=settings, spark_factory=lambda: spark, **options)
+
+
+def live_files(path: Path) -> list[str]:
+    return list(DeltaTable(str(path)).file_uris())
+
+
+def test_final_on_random_appends_then_incremental_round(tmp_path, spark):
+    table = tmp_path / "events"
+    random_batches(table, batches=40, rows=1_000, seed=1)
+    before_rows = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
+    version_before = DeltaTable(str(table)).version()
+
+    result = run(table, spark, final=True)
+
+    assert result.before.table.average_depth == 40.0
+    assert result.after.table.average_depth <= 2.0
+    assert result.after.table.p99_depth <= 4
+    assert result.stop_reason == "within_threshold"
+    assert result.conflicts == 0 and result.failures == 0
+    after = DeltaTable(str(table))
+    assert row_multiset(after.to_pyarrow_table()) == before_rows
+    # Spark reads the same rows from the live files (no Delta jar needed: plain Parquet of the snapshot)
+    spark_rows = pa.Table.from_pylist(
+        [r.asDict() for r in spark.read.parquet(*live_files(table)).select("k", "batch", "s").collect()],
+        schema=pa.schema([("k", pa.int64()), ("batch", pa.int32()), ("s", pa.string())]),
+    )
+    assert row_multiset(spark_rows) == before_rows
+    # outputs carry our names, a level and full stats; time travel to before the rewrite still works
+    adds = pa.table(after.get_add_actions(flatten=True)).to_pylist()
+    assert all(parse_data_file_name(a["path"]) is not None for a in adds)
+    assert all(a["min.k"] is not None and a["max.k"] is not None and a["null_count.s"] == 0 for a in adds)
+    old = DeltaTable(str(table))
+    old.load_as_version(version_before)
+    assert row_multiset(old.to_pyarrow_table()) == before_rows
+    history = after.history(1)[0]
+    assert history["recluster.producer"] == "recluster"
+
+    # Incremental: 5 more appends, one round rewrites just the new level-0 files.
+    random_batches(table, batches=5, rows=1_000, seed=2)
+    grown = DeltaTable(str(table))
+    expected = row_multiset(grown.to_pyarrow_table())
+    table_bytes = sum(pa.table(grown.get_add_actions(flatten=True))["size_bytes"].to_pylist())
+    new_files = {
+        a["path"] for a in pa.table(grown.get_add_actions(flatten=True)).to_pylist() if not parse_data_file_name(a["path"])
+    }
+    incremental = run(table, spark)
+    assert incremental.rounds == 1 and incremental.files_removed == len(new_files) == 5
+    assert incremental.bytes_written < table_bytes / 3
+    remaining = {a["path"] for a in pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()}
+    assert not new_files & remaining
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
+
+
+def test_final_on_well_clustered_table_does_nothing(tmp_path, spark):
+    table = tmp_path / "sorted"
+    for start in range(0, 5_000, 1_000):
+        append(table, pa.table({"k": pa.array(range(start, start + 1_000), pa.int64())}))
+    version = DeltaTable(str(table)).version()
+    result = run(table, spark, final=True)
+    assert result.rounds == 0 and result.tasks == 0
+    assert DeltaTable(str(table)).version() == version
+
+
+def test_concurrent_delete_during_merge_wins(tmp_path, spark):
+    table = tmp_path / "conflict"
+    random_batches(table, batches=4, rows=500, seed=3)
+    loader = snapshot_loader(str(table), SETTINGS, None)
+    snapshot = loader()
+    plan = select_merge_tasks(
+        str(table),
+        snapshot.version,
+        snapshot.blocks,
+        _bounds(snapshot),
+    )
+    (task,) = plan.tasks
+    schema = arrow_schema(DeltaTable(str(table)))
+    written = execute_task(
+        spark,
+        task,
+        table_root=snapshot.uri,
+        data_schema=schema,
+        properties=snapshot.properties,
+        key=snapshot.key.names,
+        fingerprint=snapshot.key.fingerprint,
+        run_id="000000000001",
+        target_rows=SETTINGS.clustering.target_rows,
+        target_file_bytes=SETTINGS.clustering.target_file_bytes,
+    )
+    assert written and all(os.path.exists(os.path.join(table, f.path)) for f in written)
+    # A writer deletes rows of an input file after the merge read it and before it commits.
+    DeltaTable(str(table)).delete("batch = 1")
+    expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
+    outcome = commit_task(
+        task,
+        written,
+        table_uri=snapshot.uri,
+        storage_options=None,
+        read_version=snapshot.version,
+        run_id="000000000001",
+        task_id="t-conflict",
+        settings=SETTINGS.commit,
+    )
+    assert outcome.status is CommitStatus.CONFLICT
+    after = DeltaTable(str(table))
+    assert row_multiset(after.to_pyarrow_table()) == expected
+    assert not any(parse_data_file_name(p) for p in after.file_uris())
+    assert not any(os.path.exists(os.path.join(table, f.path)) for f in written)
+    # the next round re-plans on the new snapshot and succeeds
+    result = run(table, spark, final=True)
+    assert result.conflicts == 0 and result.tasks >= 1
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
+
+
+def _bounds(snapshot):
+    from recluster.rounds import selection_bounds
+
+    return selection_bounds(SETTINGS, snapshot, None)
+
+
+@pytest.mark.parametrize(
+    "name,make",
+    [
+        ("constant", lambda i: pa.table({"k": pa.array([7] * 4_000, pa.int64()), "i": pa.array(range(4_000))})),
+        ("nulls", lambda i: pa.table({"k": pa.array([None] * 4_000, pa.int64()), "i": pa.array(range(4_000))})),
+        ("huge", lambda i: pa.table({"k": pa.array(range(i * 30_000, (i + 1) * 30_000), pa.int64())})),
+    ],
+)
+def test_final_terminates_on_degenerate_keys(tmp_path, spark, name, make):
+    table = tmp_path / name
+    batches = 1 if name == "huge" else 4
+    for i in range(batches):
+        append(table, make(i))
+    expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
+    result = run(table, spark, final=True)
+    assert result.stop_reason in ("within_threshold", "no_progress")
+    assert result.rounds <= 2
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
+    if name in ("constant", "nulls"):
+        # 16,000 rows of one value at target 6,000: constant files of >= 6,000 rows, final at level -1
+        levels = [parse_data_file_name(p).level for p in DeltaTable(str(table)).file_uris()]
+        assert levels == [-1, -1]
+        assert run(table, spark, final=True).rounds == 0
+
+
+def test_final_one_row_per_file(tmp_path, spark):
+    table = tmp_path / "tiny"
+    for i in range(30):
+        append(table, pa.table({"k": pa.array([i % 5], pa.int64()), "i": pa.array([i])}))
+    expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
+    result = run(table, spark, final=True)
+    assert result.before.table.average_depth == 6.0
+    assert result.after.table.total_block_count == 1
+    assert result.after.table.average_depth == 1.0
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
+
+
+def test_partitioned_merge_stays_in_partition(tmp_path, spark):
+    table = tmp_path / "parted"
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        part = pa.table(
+            {
+                "k": pa.array(rng.integers(0, 1000, 600), pa.int64()),
+                "p": pa.array(["a"] * 300 + ["b"] * 300),
+            }
+        )
+        write_deltalake(str(table), part, mode="append", partition_by=["p"])
+    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "k"})
+    expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
+    result = run(table, spark, final=True)
+    assert result.after.table.average_depth == 1.0
+    after = DeltaTable(str(table))
+    assert row_multiset(after.to_pyarrow_table()) == expected
+    for action in pa.table(after.get_add_actions(flatten=True)).to_pylist():
+        assert action["path"].startswith(f"p={action['partition.p']}/")
