@@ -6,7 +6,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,7 +16,7 @@ from rich.table import Table
 from recluster.api import TableInfo, table_info
 from recluster.metrics import ClusteringMetrics
 from recluster.rounds import ReclusterResult
-from recluster.settings import CLUSTER_BY_PROPERTY, Settings, SettingsError, load_settings
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings, SettingsError, TableSettings, load_settings
 from recluster.sql import SqlError
 from recluster.table import TableError, parse_columns
 
@@ -89,25 +90,6 @@ def cmd_info(args: argparse.Namespace) -> int:
         cluster_by=parse_columns(args.cluster_by) if args.cluster_by else None,
         partition=_parse_partition(args.partition),
     )
-    if args.json:
-        print_json(result.to_dict())
-    else:
-        render_info(result, Console())
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    import shutil
-
-    import numpy as np
-
-    from recluster.demo import append_demo_batch
-
-    shutil.rmtree(args.path, ignore_errors=True)
-    rng = np.random.default_rng(args.seed)
-    for batch in range(args.batches):
-        append_demo_batch(args.path, rng, args.rows, batch)
-    result = table_info(args.path, settings=_settings(args))
     if args.json:
         print_json(result.to_dict())
     else:
@@ -232,6 +214,173 @@ def cmd_sql(args: argparse.Namespace) -> int:
     )
 
 
+def parse_table_spec(spec: str) -> TableSettings:
+    """`URI[:col1,col2]`; a colon followed by a path (s3://...) belongs to the URI."""
+    uri, sep, columns = spec.rpartition(":")
+    if sep and uri and "/" not in columns and columns:
+        return TableSettings(uri=uri, cluster_by=parse_columns(columns))
+    return TableSettings(uri=spec)
+
+
+def _stream_settings(args: argparse.Namespace) -> Settings:
+    settings = _settings(args)
+    stream = {
+        name: value
+        for name, value in (
+            ("checkpoint_location", args.checkpoint),
+            ("trigger_interval_seconds", args.trigger_seconds),
+            ("starting_version", args.starting_version),
+        )
+        if value is not None
+    }
+    tables = [*settings.tables, *(parse_table_spec(t) for t in args.table or [])]
+    return settings.model_copy(update={"stream": settings.stream.model_copy(update=stream), "tables": tables})
+
+
+def _run_until_signal(query: Any, handler: Any, seconds: float | None, tick: Callable[[], None]) -> str:
+    """Serve until SIGTERM/SIGINT (or `seconds`), then stop gracefully; returns why it stopped."""
+    import signal
+    import threading
+    import time
+
+    from jobs.autorecluster import stop_gracefully
+
+    stop = threading.Event()
+    reason = ["time"]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        reason[0] = signal.Signals(signum).name
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(0.5)
+            tick()
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        if not query.isActive:
+            error = query.exception()
+            raise TableError(f"streaming query stopped: {error}" if error else "streaming query stopped")
+        stop_gracefully(query, handler)
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
+    return reason[0]
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from jobs.autorecluster import start_job
+    from recluster.merge import spark_session
+
+    settings = _stream_settings(args)
+    if not settings.tables:
+        raise UsageError("no tables to watch: pass --table URI[:col1,col2] or list tables in --config")
+    spark = spark_session(settings.spark)
+    query, handler = start_job(spark, settings, settings.tables)
+    print(
+        f"watching {len(settings.tables)} table(s); checkpoint {settings.stream.checkpoint_location}", file=sys.stderr
+    )
+    reason = _run_until_signal(query, handler, args.seconds, tick=lambda: None)
+    print(f"stopped ({reason}); the checkpoint holds the position for a restart", file=sys.stderr)
+    if args.json:
+        print_json({uri: str(status) for uri, status in handler.status.items()})
+    return 0
+
+
+def render_status(status: Any, batches: int, seconds: float) -> Table:
+    grid = Table(title=f"recluster demo  {seconds:5.0f}s  appends={batches}", show_edge=False)
+    for header in ("level", "blocks", "avg depth", "threshold"):
+        grid.add_column(header, justify="right")
+    if status is None:
+        grid.add_row("-", "waiting for the first micro-batch", "", "")
+        return grid
+    for level in status.levels:
+        grid.add_row(str(level.level), str(level.blocks), f"{level.average_depth:.2f}", f"{level.threshold:.1f}")
+    grid.caption = (
+        f"table depth {status.average_depth:.2f}  merges {status.tasks}  "
+        f"written {status.bytes_written / 1e6:.1f} MB / appended {status.bytes_appended / 1e6:.1f} MB"
+        + (f"  error: {status.error}" if status.error else "")
+    )
+    return grid
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import shutil
+    import threading
+    import time
+
+    import numpy as np
+    from rich.live import Live
+
+    from jobs.autorecluster import start_job
+    from recluster.demo import append_demo_batch
+    from recluster.merge import spark_session
+
+    root = Path(args.path)
+    table, checkpoint = root / "events", root / "checkpoint"
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(args.seed)
+    append_demo_batch(table, rng, args.rows, 0)
+    base = _settings(args)
+    settings = base.model_copy(
+        update={
+            "clustering": base.clustering.model_copy(update={"target_rows": args.target_rows}),
+            "stream": base.stream.model_copy(
+                update={"checkpoint_location": str(checkpoint), "starting_version": "earliest"}
+            ),
+            "tables": [TableSettings(uri=str(table))],
+        }
+    )
+    console = Console(stderr=True)
+    console.print(f"demo table {table}: appending {args.rows:,} random-key rows every {args.interval}s")
+    spark = spark_session(settings.spark)
+    query, handler = start_job(spark, settings, settings.tables)
+    appended = [1]
+    stop_writer = threading.Event()
+
+    def writer() -> None:
+        while not stop_writer.wait(args.interval):
+            append_demo_batch(table, rng, args.rows, appended[0])
+            appended[0] += 1
+
+    thread = threading.Thread(target=writer, name="demo-writer", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    with Live(console=console, auto_refresh=False, transient=not console.is_terminal) as live:
+
+        def tick() -> None:
+            status = handler.status.get(str(table))
+            live.update(render_status(status, appended[0], time.monotonic() - started), refresh=True)
+
+        try:
+            _run_until_signal(query, handler, args.seconds, tick)
+        finally:
+            stop_writer.set()
+            thread.join()
+    result = table_info(str(table), settings=settings)
+    status = handler.status.get(str(table))
+    summary: dict[str, Any] = {
+        "appends": appended[0],
+        "rows": result.info.table.total_rows,
+        "merges": status.tasks if status else 0,
+        "bytes_appended": status.bytes_appended if status else 0,
+        "bytes_written": status.bytes_written if status else 0,
+        "info": result.to_dict(),
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        render_info(result, Console())
+        appended_bytes = max(summary["bytes_appended"], 1)
+        Console().print(
+            f"{summary['appends']} appends, {summary['merges']} merges, write amplification "
+            f"{summary['bytes_written'] / appended_bytes:.2f} (bytes rewritten / bytes appended)"
+        )
+    return 0
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML settings file")
     parser.add_argument(
@@ -290,14 +439,34 @@ def build_parser() -> argparse.ArgumentParser:
     _common(sql)
     sql.set_defaults(handler=cmd_sql)
 
+    watch = commands.add_parser(
+        "watch",
+        help="run the streaming job: react to commits and keep tables clustered until SIGTERM/Ctrl-C",
+        description="Structured Streaming over the tables' Delta logs; foreachBatch plans and runs bounded merges.",
+    )
+    watch.add_argument(
+        "--table", action="append", metavar="URI[:COL1,COL2]", help="table to watch, optionally with its key"
+    )
+    watch.add_argument("--checkpoint", metavar="DIR", help="checkpoint location (stream.checkpoint_location)")
+    watch.add_argument("--trigger-seconds", type=float, help="micro-batch interval (stream.trigger_interval_seconds)")
+    watch.add_argument("--starting-version", help="latest, earliest or a version number (first start only)")
+    watch.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until a signal)")
+    _common(watch)
+    watch.set_defaults(handler=cmd_watch)
+
     demo = commands.add_parser(
         "demo",
-        help="create a local demo table receiving random-key appends and show its clustering",
-        description="Creates a demo table (random int64 keys, one file per append) and measures it.",
+        help="live demo: a local table receives random-key appends while the job keeps it clustered",
+        description=(
+            "Creates a demo table, appends a batch of random keys every --interval seconds, runs the streaming "
+            "job on it and shows the levels live; stops after --seconds or Ctrl-C with a summary."
+        ),
     )
-    demo.add_argument("--path", default="recluster-demo/events", help="where to create the demo table")
-    demo.add_argument("--batches", type=int, default=20, help="appends to write")
+    demo.add_argument("--path", default="recluster-demo", help="folder for the demo table and checkpoint")
+    demo.add_argument("--seconds", type=float, default=60, help="how long to run")
+    demo.add_argument("--interval", type=float, default=1.0, help="seconds between appends")
     demo.add_argument("--rows", type=int, default=20_000, help="rows per append")
+    demo.add_argument("--target-rows", type=int, default=100_000, help="rows per reclustered file")
     demo.add_argument("--seed", type=int, default=7)
     _common(demo)
     demo.set_defaults(handler=cmd_demo)

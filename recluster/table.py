@@ -447,3 +447,49 @@ def set_table_properties(table: DeltaTable, properties: Mapping[str, str]) -> No
         table.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
     except DeltaError as error:
         raise TableError(f"cannot set table properties: {_first_line(error)}") from None
+
+
+def _stat_from_json(value: Any, column: KeyColumn) -> Any:
+    """A Delta JSON stats value as the Python value `encode_key` expects for the column's type."""
+    if value is None:
+        return None
+    match column.type:
+        case KeyType.DECIMAL:
+            return decimal.Decimal(str(value))
+        case KeyType.DATE:
+            return dt.date.fromisoformat(value)
+        case KeyType.TIMESTAMP:
+            parsed = dt.datetime.fromisoformat(value)
+            return parsed.replace(tzinfo=None) - (parsed.utcoffset() or dt.timedelta())
+        case KeyType.BINARY:
+            return None  # Delta keeps no binary stats: the footer supplies them
+    return value
+
+
+def blocks_from_log_adds(
+    adds: Sequence[Mapping[str, Any]],
+    key: ClusterKey,
+    partition_columns: Sequence[str],
+    table_uri: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[Block]:
+    """Blocks from the `add` actions of commit JSON, through the same path as snapshot blocks."""
+    rows = []
+    for add in adds:
+        stats = json.loads(add.get("stats") or "{}")
+        row: dict[str, Any] = {
+            "path": unquote(add["path"]),
+            "size_bytes": int(add.get("size", 0)),
+            "num_records": stats.get("numRecords"),
+            "deletionVector": add.get("deletionVector") is not None,
+        }
+        for column in key.columns:
+            row[f"min.{column.name}"] = _stat_from_json(stats.get("minValues", {}).get(column.name), column)
+            row[f"max.{column.name}"] = _stat_from_json(stats.get("maxValues", {}).get(column.name), column)
+            row[f"null_count.{column.name}"] = stats.get("nullCount", {}).get(column.name)
+        for name in partition_columns:
+            row[f"partition.{name}"] = add.get("partitionValues", {}).get(name)
+        rows.append(row)
+    if not rows:
+        return []
+    return blocks_from_actions(pa.Table.from_pylist(rows), key, partition_columns, table_uri, storage_options)

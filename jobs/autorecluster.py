@@ -1,0 +1,316 @@
+"""The long-running job: Delta commits stream in, `foreachBatch` keeps tables clustered (DESIGN §7).
+
+Only wiring lives here: the trigger source, the per-table incremental state, and the engine's selection,
+merge and commit. Each micro-batch applies every commit's adds/removes to the table's per-level state
+(initialised from the snapshot just before the first commit seen, so a restart rebuilds it from the log),
+plans when a level's average depth exceeds its threshold, runs a bounded budget of merges, and logs one
+key=value line per table. Our own rewrites come back through the log: they update the state but never
+trigger work by themselves, so the job cannot feed itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from recluster.blocks import LEVEL_CONSTANT
+from recluster.commit import CommitStatus
+from recluster.metrics import ClusteringState
+from recluster.rounds import execute_plan, selection_bounds
+from recluster.selection import MergeTask, ReclusterPlan, level_threshold, select_merge_tasks
+from recluster.settings import Settings, TableSettings, table_storage_options
+from recluster.table import (
+    ClusterKey,
+    TableError,
+    TableSnapshot,
+    blocks_from_log_adds,
+    check_supported,
+    load_snapshot,
+    normalize_uri,
+    open_table,
+    resolve_cluster_key,
+)
+from triggers.delta_log import LOG_GAP, SOURCE_NAME, DeltaLogSource
+
+log = logging.getLogger("recluster.job")
+
+
+@dataclass(frozen=True, slots=True)
+class LevelStatus:
+    level: int
+    blocks: int
+    average_depth: float
+    threshold: float
+
+
+@dataclass(frozen=True, slots=True)
+class TableStatus:
+    """What the job last did for one table: shown by `demo`, logged once per micro-batch."""
+
+    table: str
+    version: int
+    levels: tuple[LevelStatus, ...]
+    average_depth: float
+    tasks: int = 0
+    conflicts: int = 0
+    failures: int = 0
+    bytes_written: int = 0
+    bytes_appended: int = 0
+    pending: bool = False
+    error: str | None = None
+
+    def __str__(self) -> str:
+        levels = " ".join(f"L{s.level}={s.blocks}/{s.average_depth:.2f}/{s.threshold:.1f}" for s in self.levels)
+        text = (
+            f"recluster table={self.table} version={self.version} depth={self.average_depth:.3f} "
+            f"levels[blocks/avg/threshold]=({levels}) tasks={self.tasks} conflicts={self.conflicts} "
+            f"written={self.bytes_written} appended={self.bytes_appended} pending={self.pending}"
+        )
+        return text + (f" error={self.error!r}" if self.error else "")
+
+
+@dataclass
+class TrackedTable:
+    """The job's view of one table: key, layout and the incremental clustering state at `version`."""
+
+    uri: str
+    key: ClusterKey
+    partition_columns: tuple[str, ...]
+    properties: dict[str, str]
+    state: ClusteringState
+    version: int
+    pending: bool = False
+    totals: dict[str, int] = field(default_factory=lambda: {"tasks": 0, "written": 0, "appended": 0})
+
+    def snapshot(self) -> TableSnapshot:
+        return TableSnapshot(
+            self.uri, self.version, self.key, self.partition_columns, tuple(self.state.blocks), self.properties
+        )
+
+
+class ReclusterHandler:
+    """The `foreachBatch` function: commit events in, bounded recluster work out."""
+
+    def __init__(self, settings: Settings, tables: Sequence[TableSettings], spark: Any) -> None:
+        self.settings = settings
+        self.configured = {normalize_uri(t.uri): t for t in tables}
+        self.spark = spark
+        self.tracked: dict[str, TrackedTable] = {}
+        self.status: dict[str, TableStatus] = {}
+        self.stopping = threading.Event()
+        self.idle = threading.Event()
+        self.idle.set()
+        self.listeners: list[Callable[[TableStatus], None]] = []
+
+    def options(self, uri: str) -> dict[str, str]:
+        return dict(table_storage_options(self.settings, self.configured.get(uri)))
+
+    def _track(self, uri: str, version: int | None) -> TrackedTable:
+        """State at `version` (None: latest) from the snapshot; the key comes from config or the table."""
+        table = open_table(uri, self.options(uri))
+        check_supported(table)
+        configured = self.configured.get(uri)
+        key = resolve_cluster_key(table, configured.cluster_by if configured else None, uri)
+        if version is not None and version >= 0:
+            table.load_as_version(version)
+        snapshot = load_snapshot(table, key, uri=uri, storage_options=self.options(uri))
+        blocks = snapshot.blocks if version is None or version >= 0 else ()
+        return TrackedTable(
+            uri,
+            key,
+            snapshot.partition_columns,
+            dict(snapshot.properties),
+            ClusteringState(blocks),
+            snapshot.version if version is None or version >= 0 else -1,
+        )
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.idle.clear()
+        try:
+            rows = sorted((r.asDict() for r in frame.collect()), key=lambda r: (r["table"], r["version"]))
+            by_table: dict[str, list[dict[str, Any]]] = {}
+            for row in rows:
+                by_table.setdefault(row["table"], []).append(row)
+            for uri, events in by_table.items():
+                self._handle_table(uri, events)
+            for uri, tracked in self.tracked.items():  # work left over from earlier batches
+                if uri not in by_table and tracked.pending and not self.stopping.is_set():
+                    self._decide(tracked, foreign=False)
+        finally:
+            self.idle.set()
+
+    def _handle_table(self, uri: str, events: list[dict[str, Any]]) -> None:
+        try:
+            tracked = self.tracked.get(uri)
+            if tracked is None:
+                tracked = self.tracked[uri] = self._initial_state(uri, events[0]["version"])
+            foreign = False
+            for event in events:
+                if event["version"] <= tracked.version:
+                    continue  # replayed after a restart: already in the state
+                if event["producer"] != "recluster":
+                    foreign = True
+                    tracked.totals["appended"] += event["bytes_added"] or 0
+                if (
+                    event["operation"] == LOG_GAP
+                    or event["metadata_changed"]
+                    or event["version"] != tracked.version + 1
+                ):
+                    if event["operation"] == LOG_GAP:
+                        log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event["version"])
+                    tracked = self.tracked[uri] = self._track(uri, None)
+                    foreign = True
+                    break
+                added = blocks_from_log_adds(
+                    json.loads(event["adds"]), tracked.key, tracked.partition_columns, uri, self.options(uri)
+                )
+                tracked.state.apply(added, event["removes"] or [])
+                tracked.version = event["version"]
+            self._decide(tracked, foreign)
+        except TableError as error:
+            self.tracked.pop(uri, None)
+            status = TableStatus(uri, events[-1]["version"], (), 1.0, error=str(error))
+            self._publish(status)
+            log.error("recluster table=%s reason=table_error error=%s", uri, error)
+
+    def _initial_state(self, uri: str, first_version: int) -> TrackedTable:
+        """State just before the first commit this job sees; the latest if that version was cleaned up."""
+        try:
+            return self._track(uri, first_version - 1)
+        except TableError:
+            raise
+        except Exception as error:  # delta-rs raises several kinds when an old version is gone
+            log.warning("recluster table=%s reason=version_gone error=%s", uri, error)
+            log.warning("recluster table=%s reason=version_gone version=%d: from latest", uri, first_version - 1)
+            return self._track(uri, None)
+
+    def _budgeted(self, plan: ReclusterPlan) -> tuple[ReclusterPlan, bool]:
+        """The plan cut to the per-batch budget of tasks and bytes; True when work was left out."""
+        stream = self.settings.stream
+        chosen: list[MergeTask] = []
+        spent = 0
+        for task in plan.tasks:
+            if len(chosen) >= stream.max_tasks_per_batch or (
+                chosen and spent + task.bytes > stream.max_bytes_per_batch
+            ):
+                break
+            chosen.append(task)
+            spent += task.bytes
+        return ReclusterPlan(plan.table, plan.read_version, plan.final, tuple(chosen), plan.skipped), len(chosen) < len(
+            plan.tasks
+        )
+
+    def _decide(self, tracked: TrackedTable, foreign: bool) -> None:
+        snapshot = tracked.snapshot()
+        tasks = conflicts = failures = written = 0
+        pending = False
+        if (foreign or tracked.pending) and not self.stopping.is_set():
+            plan = select_merge_tasks(
+                tracked.uri, tracked.version, snapshot.blocks, selection_bounds(self.settings, snapshot, None)
+            )
+            plan, pending = self._budgeted(plan)
+            for outcome in execute_plan(self.spark, plan, snapshot, settings=self.settings, run_id=_run_id()):
+                if outcome.status is CommitStatus.COMMITTED:
+                    tasks += 1
+                    written += sum(f.bytes for f in outcome.written)
+                elif outcome.status is CommitStatus.CONFLICT:
+                    conflicts += 1
+                else:
+                    failures += 1
+                log.info("recluster table=%s %s %s", tracked.uri, outcome, outcome.task)
+            pending = pending or conflicts > 0
+        tracked.pending = pending
+        tracked.totals["tasks"] += tasks
+        tracked.totals["written"] += written
+        bounds = selection_bounds(self.settings, snapshot, None)
+        levels = tuple(
+            LevelStatus(
+                level,
+                tracked.state.level_metrics(level).total_block_count,
+                tracked.state.level_metrics(level).average_depth,
+                level_threshold(tracked.state.level_metrics(level).total_block_count, bounds),
+            )
+            for level in tracked.state.levels
+            if level != LEVEL_CONSTANT
+        )
+        status = TableStatus(
+            tracked.uri,
+            tracked.version,
+            levels,
+            tracked.state.info().table.average_depth,
+            tasks=tracked.totals["tasks"],
+            conflicts=conflicts,
+            failures=failures,
+            bytes_written=tracked.totals["written"],
+            bytes_appended=tracked.totals["appended"],
+            pending=pending,
+        )
+        self._publish(status)
+        log.info("%s", status)
+
+    def _publish(self, status: TableStatus) -> None:
+        self.status[status.table] = status
+        for listener in self.listeners:
+            listener(status)
+
+
+def _run_id() -> str:
+    from recluster.blocks import new_run_id
+
+    return new_run_id()
+
+
+def check_checkpoint_location(location: str) -> None:
+    """Fail fast, with one clear line, when the checkpoint cannot be written."""
+    if "://" in location and not location.startswith("file://"):
+        return
+    path = location.removeprefix("file://")
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".recluster-write-probe")
+        with open(probe, "w", encoding="utf-8") as handle:
+            handle.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise TableError(f"checkpoint location {location} is not writable: {error.strerror}") from None
+
+
+def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:
+    """Start the streaming query; returns it with its handler (for status and graceful stops)."""
+    if not tables:
+        raise TableError("no tables to watch: pass --table URI or list tables in the config file")
+    stream = settings.stream
+    check_checkpoint_location(stream.checkpoint_location)
+    spark.dataSource.register(DeltaLogSource)
+    handler = ReclusterHandler(settings, tables, spark)
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
+        .option("startingVersion", str(stream.starting_version))
+        .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
+        .option("storageOptions", json.dumps(dict(settings.storage_options)))
+    )
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(handler)
+        .option("checkpointLocation", stream.checkpoint_location)
+        .trigger(processingTime=f"{stream.trigger_interval_seconds} seconds")
+        .queryName("recluster")
+        .start()
+    )
+    return query, handler
+
+
+def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float = 60.0) -> None:
+    """No new merges; let the running batch finish its merge and commit (bounded), then stop the query."""
+    handler.stopping.set()
+    deadline = time.monotonic() + grace_seconds
+    while not handler.idle.wait(timeout=0.2) and time.monotonic() < deadline:
+        pass
+    query.stop()

@@ -1,0 +1,182 @@
+"""Streaming source of Delta commits: one row per commit of the watched tables (PySpark Data Source API).
+
+Offsets are {"tables": {table_uri: last_version_read}} and live in the Spark checkpoint. New versions are
+found by probing the next `_delta_log/<version>.json` names from the last seen version (no listing per
+micro-batch), so an object-store log is polled as cheaply as a local one. A table that does not exist yet
+is watched from version -1; a log cleaned up past the offset yields one LOG_GAP row so the job reloads
+that table's state from its latest snapshot, with a warning.
+
+Register with `spark.dataSource.register(DeltaLogSource)`; read with
+`spark.readStream.format("recluster-delta-log").option("tables", json.dumps([uri, ...])).load()`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from recluster.table import normalize_uri, table_filesystem
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "recluster-delta-log"
+LOG_GAP = "LOG_GAP"
+"""Operation of the row emitted when commits were cleaned from the log before they were read."""
+
+SCHEMA = (
+    "table string, version long, timestamp long, operation string, producer string, "
+    "files_added int, files_removed int, bytes_added long, adds string, removes array<string>, "
+    "metadata_changed boolean"
+)
+
+
+def _log_path(table_uri: str, version: int) -> str:
+    name = f"_delta_log/{version:020d}.json"
+    return f"{table_uri}/{name}" if "://" not in table_uri else name
+
+
+def _exists(filesystem: pafs.FileSystem, path: str) -> bool:
+    return bool(filesystem.get_file_info(path).type == pafs.FileType.File)
+
+
+def newest_version(table_uri: str, after: int, limit: int, options: Mapping[str, str]) -> int:
+    """The newest version in (after, after+limit] whose predecessors are all there, by probing names.
+
+    When the next commit file is missing but the log has moved on (cleaned up), returns the table's
+    current version so the reader emits a LOG_GAP row for the lost range.
+    """
+    filesystem = table_filesystem(table_uri, options)
+    version = after
+    while version - after < limit and _exists(filesystem, _log_path(table_uri, version + 1)):
+        version += 1
+    if version == after:
+        current = table_version(table_uri, options)
+        if current is not None and current > after + 1:
+            return min(current, after + limit)
+    return version
+
+
+def table_version(table_uri: str, options: Mapping[str, str]) -> int | None:
+    """The table's current version (via delta-rs: copes with checkpoints), or None if it does not exist."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return int(DeltaTable(table_uri, storage_options=dict(options), without_files=True).version())
+    except (TableNotFoundError, OSError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRange(InputPartition):
+    """Versions (first..last) of one table to read: plain values, picklable."""
+
+    table: str
+    first: int
+    last: int
+    options: tuple[tuple[str, str], ...]
+
+
+def commit_rows(part: CommitRange) -> Iterator[tuple[Any, ...]]:
+    """Rows for the commits of one range, read from the JSON log files (stateless, runs on executors)."""
+    filesystem = table_filesystem(part.table, dict(part.options))
+    for version in range(part.first, part.last + 1):
+        try:
+            with filesystem.open_input_stream(_log_path(part.table, version)) as stream:
+                lines = stream.read().decode("utf-8").splitlines()
+        except (FileNotFoundError, OSError):
+            yield (part.table, version, None, LOG_GAP, None, 0, 0, 0, "[]", [], True)
+            continue
+        actions = [json.loads(line) for line in lines if line.strip()]
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        adds = [a["add"] for a in actions if "add" in a]
+        removes = [a["remove"]["path"] for a in actions if "remove" in a]
+        yield (
+            part.table,
+            version,
+            info.get("timestamp"),
+            info.get("operation", "UNKNOWN"),
+            info.get("recluster.producer"),
+            len(adds),
+            len(removes),
+            sum(int(a.get("size", 0)) for a in adds),
+            json.dumps(adds),
+            removes,
+            any("metaData" in a or "protocol" in a for a in actions),
+        )
+
+
+class DeltaLogStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.tables = [normalize_uri(t) for t in json.loads(options.get("tables", "[]"))]
+        if not self.tables:
+            raise ValueError(f"{SOURCE_NAME}: option 'tables' must be a JSON list of table URIs")
+        self.starting = options.get("startingVersion", "latest")
+        self.max_commits = int(options.get("maxCommitsPerBatch", "1000"))
+        self.storage_options: dict[str, str] = json.loads(options.get("storageOptions", "{}"))
+
+    def initialOffset(self) -> dict[str, Any]:
+        versions = {}
+        for table in self.tables:
+            current = table_version(table, self.storage_options)
+            if current is None:
+                log.warning("delta-log source: table %s does not exist yet; watching for it", table)
+                versions[table] = -1
+            elif self.starting == "latest":
+                versions[table] = current
+            elif self.starting == "earliest":
+                versions[table] = -1
+            else:
+                versions[table] = min(int(self.starting) - 1, current)
+        return {"tables": versions}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_commits)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        budget = 1 << 62 if isinstance(limit, ReadAllAvailable) else int(getattr(limit, "maxRows", self.max_commits))
+        versions = dict(start["tables"])
+        for table in self.tables:  # tables added to the job after the checkpoint start from their start
+            versions.setdefault(table, -1)
+        for table in self.tables:
+            if budget <= 0:
+                break
+            newest = newest_version(table, versions[table], budget, self.storage_options)
+            budget -= newest - versions[table]
+            versions[table] = newest
+        return {"tables": versions}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        options = tuple(sorted(self.storage_options.items()))
+        return [
+            CommitRange(table, start["tables"].get(table, -1) + 1, last, options)
+            for table, last in sorted(end["tables"].items())
+            if last > start["tables"].get(table, -1)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, CommitRange)
+        return commit_rows(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to acknowledge: the log is the source of truth and offsets live in the checkpoint."""
+
+
+class DeltaLogSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return DeltaLogStreamReader(self.options)
