@@ -1,0 +1,135 @@
+"""The streaming job end to end: a real Structured Streaming query over real Delta logs, real merges."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from jobs.autorecluster import start_job, stop_gracefully
+from recluster.api import read_snapshot
+from recluster.metrics import clustering_info
+from recluster.selection import level_threshold
+from recluster.settings import (
+    CLUSTER_BY_PROPERTY,
+    ClusteringSettings,
+    Settings,
+    StreamSettings,
+    TableSettings,
+)
+from recluster.table import TableError, set_table_properties
+from tests.helpers import row_multiset
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def settings_for(checkpoint: Path, tables: list[str]) -> Settings:
+    return Settings(
+        clustering=ClusteringSettings(target_rows=5_000),
+        stream=StreamSettings(
+            checkpoint_location=str(checkpoint), trigger_interval_seconds=0.2, starting_version="earliest"
+        ),
+        tables=[TableSettings(uri=t) for t in tables],
+    )
+
+
+def append(path: Path, rng: np.random.Generator, batch: int, rows: int = 2_000) -> pa.Table:
+    data = pa.table(
+        {"k": pa.array(rng.integers(0, 10**9, rows), pa.int64()), "batch": pa.array([batch] * rows, pa.int32())}
+    )
+    create = not (path / "_delta_log").exists()
+    write_deltalake(str(path), data, mode="append")
+    if create:
+        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    return data
+
+
+@contextlib.contextmanager
+def running_job(spark, settings: Settings):
+    query, handler = start_job(spark, settings, settings.tables)
+    try:
+        yield query, handler
+    finally:
+        if query.isActive:
+            stop_gracefully(query, handler)
+
+
+def assert_within_thresholds(path: Path, settings: Settings, slack_files: int = 1) -> None:
+    """Every level's average depth is within its threshold, allowing the last in-flight append."""
+    from recluster.rounds import selection_bounds
+
+    snapshot = read_snapshot(str(path), settings=settings)
+    bounds = selection_bounds(settings, snapshot, None)
+    info = clustering_info(snapshot.blocks)
+    for level, metrics in info.levels.items():
+        if level < 0:
+            continue
+        allowed = level_threshold(metrics.total_block_count, bounds) + (slack_files if level == 0 else 0)
+        assert metrics.average_depth <= allowed, (level, metrics)
+
+
+def test_job_keeps_appends_clustered_and_survives_restart(tmp_path, spark):
+    table = tmp_path / "events"
+    rng = np.random.default_rng(11)
+    appended = [append(table, rng, 0)]
+    settings = settings_for(tmp_path / "checkpoint", [str(table)])
+    with running_job(spark, settings) as (query, handler):
+        for batch in range(1, 15):
+            appended.append(append(table, rng, batch))
+            query.processAllAvailable()
+        merges_first_run = handler.status[str(table)].tasks
+        assert merges_first_run > 0
+    # Restart on the same checkpoint: the state is rebuilt from the log, no committed merge is redone.
+    with running_job(spark, settings) as (query, handler):
+        for batch in range(15, 30):
+            appended.append(append(table, rng, batch))
+            query.processAllAvailable()
+        status = handler.status[str(table)]
+    expected = row_multiset(pa.concat_tables(appended))
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
+    assert_within_thresholds(table, settings)
+    assert status.conflicts == 0 and status.failures == 0
+    write_amplification = status.bytes_written / max(status.bytes_appended, 1)
+    print(f"write amplification over the second run: {write_amplification:.2f}")
+    info = clustering_info(read_snapshot(str(table), settings=settings).blocks)
+    assert info.table.average_depth < 30 / 3  # far below the 30 overlapping appends it would have without us
+
+
+def test_job_with_concurrent_delete_two_tables_and_bad_tables(tmp_path, spark):
+    first, second = tmp_path / "a", tmp_path / "b"
+    no_key = tmp_path / "nokey"
+    missing = tmp_path / "does-not-exist-yet"
+    rng = np.random.default_rng(12)
+    appended = {first: [append(first, rng, 0)], second: [append(second, rng, 0)]}
+    write_deltalake(str(no_key), pa.table({"x": [1, 2, 3]}))
+    settings = settings_for(tmp_path / "checkpoint", [str(first), str(second), str(no_key), str(missing)])
+    with running_job(spark, settings) as (query, handler):
+        for batch in range(1, 8):
+            for path in (first, second):
+                appended[path].append(append(path, rng, batch))
+            if batch == 4:
+                DeltaTable(str(first)).delete("batch = 2")
+            query.processAllAvailable()
+        statuses = dict(handler.status)
+    assert "no cluster key" in (statuses[str(no_key)].error or "")
+    assert statuses[str(first)].tasks > 0 and statuses[str(second)].tasks > 0
+    survivors = pa.concat_tables(appended[first])
+    survivors = survivors.filter(pa.compute.not_equal(survivors["batch"], 2))
+    assert row_multiset(DeltaTable(str(first)).to_pyarrow_table()) == row_multiset(survivors)
+    assert row_multiset(DeltaTable(str(second)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended[second]))
+
+
+def test_unwritable_checkpoint_is_a_clear_error(tmp_path, spark):
+    table = tmp_path / "t"
+    append(table, np.random.default_rng(1), 0)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    settings = settings_for(blocker / "checkpoint", [str(table)])
+    with pytest.raises(TableError, match="checkpoint location .* is not writable"):
+        start_job(spark, settings, settings.tables)
+    assert not os.path.exists(blocker / "checkpoint")
