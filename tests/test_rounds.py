@@ -93,7 +93,9 @@ def test_final_on_random_appends_then_incremental_round(tmp_path, spark):
     expected = row_multiset(grown.to_pyarrow_table())
     table_bytes = sum(pa.table(grown.get_add_actions(flatten=True))["size_bytes"].to_pylist())
     new_files = {
-        a["path"] for a in pa.table(grown.get_add_actions(flatten=True)).to_pylist() if not parse_data_file_name(a["path"])
+        a["path"]
+        for a in pa.table(grown.get_add_actions(flatten=True)).to_pylist()
+        if not parse_data_file_name(a["path"])
     }
     incremental = run(table, spark)
     assert incremental.rounds == 1 and incremental.files_removed == len(new_files) == 5
