@@ -130,6 +130,6 @@ def test_unwritable_checkpoint_is_a_clear_error(tmp_path, spark):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     settings = settings_for(blocker / "checkpoint", [str(table)])
-    with pytest.raises(TableError, match="checkpoint location .* is not writable"):
+    with pytest.raises(TableError, match=r"checkpoint location .* is not writable"):
         start_job(spark, settings, settings.tables)
     assert not os.path.exists(blocker / "checkpoint")
