@@ -38,24 +38,36 @@ RESULT_SCHEMA = "path string, rows long, bytes long, stats string, level int"
 
 
 def spark_session(settings: SparkSettings) -> Any:
-    """The Spark session for merges; workers run this interpreter (a venv otherwise breaks them)."""
+    """The Spark session for merges; workers run this interpreter (a venv otherwise breaks them).
+
+    The driver JVM is launched in its own session: a SIGTERM/SIGINT sent to our process group then reaches
+    only Python, which stops the query gracefully; the JVM still exits when Python does (its stdin closes).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(settings.master)
-        .appName(settings.app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.log.level", "ERROR")
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-        .config("spark.scheduler.mode", "FAIR")
-    )
-    for name, value in settings.conf.items():
+    conf = {
+        "spark.master": settings.master,
+        "spark.app.name": settings.app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": "ERROR",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.scheduler.mode": "FAIR",
+        **settings.conf,
+    }
+    if SparkContext._gateway is None:
+        spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+        SparkContext._ensure_initialized(gateway=gateway)
+    builder = SparkSession.builder
+    for name, value in conf.items():
         builder = builder.config(name, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
