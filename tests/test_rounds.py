@@ -227,3 +227,68 @@ def test_partitioned_merge_stays_in_partition(tmp_path, spark):
     assert row_multiset(after.to_pyarrow_table()) == expected
     for action in pa.table(after.get_add_actions(flatten=True)).to_pylist():
         assert action["path"].startswith(f"p={action['partition.p']}/")
+
+
+def test_cluster_key_change_leaves_old_files_until_final(tmp_path, spark):
+    table = tmp_path / "rekey"
+    random_batches(table, batches=4, rows=500, seed=7)
+    run(table, spark, final=True)
+    expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
+    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "s,k"})
+    random_batches(table, batches=2, rows=500, seed=8)
+    expected_after_appends = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
+    assert expected_after_appends != expected
+    old_files = {p for p in DeltaTable(str(table)).file_uris() if parse_data_file_name(p)}
+
+    incremental = run(table, spark)
+    plan = incremental.plans[0]
+    assert any(s.reason == "older_key_fingerprint" for s in plan.skipped)
+    assert old_files <= set(DeltaTable(str(table)).file_uris())  # untouched
+
+    final = run(table, spark, final=True)
+    assert final.tasks >= 1
+    live = DeltaTable(str(table)).file_uris()
+    assert not old_files & set(live)
+    new_fingerprint = {parse_data_file_name(p).fingerprint for p in live}
+    assert len(new_fingerprint) == 1 and new_fingerprint != {parse_data_file_name(next(iter(old_files))).fingerprint}
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected_after_appends
+
+
+def test_where_limits_candidates_by_stats(tmp_path, spark):
+    table = tmp_path / "where"
+    for start in (0, 1_000, 2_000):  # three overlapping pairs in disjoint key ranges
+        for _ in range(2):
+            append(table, pa.table({"k": pa.array(range(start, start + 500), pa.int64())}))
+    from recluster.sql import parse_predicate
+
+    snapshot = snapshot_loader(str(table), SETTINGS, None)()
+    predicate = parse_predicate("k >= 1000 AND k < 1500", snapshot.key, snapshot.partition_columns)
+    result = run(table, spark, final=True, block_filter=predicate.may_match)
+    assert result.files_removed == 2
+    levels = sorted(parse_data_file_name(p).level if parse_data_file_name(p) else 0 for p in live_files(table))
+    assert levels == [0, 0, 0, 0, 1]
+
+
+def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
+    from recluster.api import read_snapshot
+    from recluster.table import TableError
+
+    append_only = tmp_path / "append_only"
+    write_deltalake(str(append_only), pa.table({"k": [3, 1]}), configuration={"delta.appendOnly": "true"})
+    write_deltalake(str(append_only), pa.table({"k": [2, 0]}), mode="append")
+    set_table_properties(DeltaTable(str(append_only)), {CLUSTER_BY_PROPERTY: "k"})
+    assert run(append_only, spark, final=True).after.table.average_depth == 1.0
+    assert sorted(DeltaTable(str(append_only)).to_pyarrow_table()["k"].to_pylist()) == [0, 1, 2, 3]
+
+    evolved = tmp_path / "evolved"
+    write_deltalake(str(evolved), pa.table({"k": [3, 1]}))
+    write_deltalake(str(evolved), pa.table({"k": [2, 0], "extra": ["x", "y"]}), mode="append", schema_mode="merge")
+    set_table_properties(DeltaTable(str(evolved)), {CLUSTER_BY_PROPERTY: "k"})
+    expected = row_multiset(DeltaTable(str(evolved)).to_pyarrow_table())
+    assert run(evolved, spark, final=True).tasks == 1
+    assert row_multiset(DeltaTable(str(evolved)).to_pyarrow_table()) == expected
+
+    mapped = tmp_path / "mapped"
+    write_deltalake(str(mapped), pa.table({"k": [1, 2]}), configuration={"delta.columnMapping.mode": "name"})
+    with pytest.raises(TableError, match="column mapping mode 'name' is not supported"):
+        read_snapshot(str(mapped), settings=SETTINGS, cluster_by=["k"])
