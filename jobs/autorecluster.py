@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from recluster.blocks import LEVEL_CONSTANT
 from recluster.commit import CommitStatus
 from recluster.metrics import ClusteringState
@@ -85,12 +87,21 @@ class TrackedTable:
     properties: dict[str, str]
     state: ClusteringState
     version: int
+    data_schema: pa.Schema
+    storage_options: dict[str, str]
     pending: bool = False
     totals: dict[str, int] = field(default_factory=lambda: {"tasks": 0, "written": 0, "appended": 0})
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(
-            self.uri, self.version, self.key, self.partition_columns, tuple(self.state.blocks), self.properties
+            self.uri,
+            self.version,
+            self.key,
+            self.partition_columns,
+            tuple(self.state.blocks),
+            self.properties,
+            self.data_schema,
+            self.storage_options,
         )
 
 
@@ -128,6 +139,8 @@ class ReclusterHandler:
             dict(snapshot.properties),
             ClusteringState(blocks),
             snapshot.version if version is None or version >= 0 else -1,
+            snapshot.data_schema,
+            self.options(uri),
         )
 
     def __call__(self, frame: Any, batch_id: int) -> None:

@@ -59,6 +59,7 @@ _EPOCH_DATE = dt.date(1970, 1, 1)
 _SIGN64 = 1 << 63
 _MASK64 = (1 << 64) - 1
 _CANONICAL_NAN = 0x7FF8000000000000
+_DECIMAL_CONTEXT = decimal.Context(prec=80)  # Delta decimals have up to 38 digits; the default 28 would round
 
 
 def _encode_int(value: int, width: int = 8) -> bytes:
@@ -95,7 +96,7 @@ def encode_value(value: Any, column: KeyColumn) -> bytes:
         case KeyType.FLOAT:
             return _VALUE + _encode_float(float(value))
         case KeyType.DECIMAL:
-            unscaled = int(decimal.Decimal(value).scaleb(column.scale).to_integral_value())
+            unscaled = int(decimal.Decimal(value).scaleb(column.scale, _DECIMAL_CONTEXT).to_integral_value())
             return _VALUE + _encode_int(unscaled, 16)
         case KeyType.STRING:
             return _VALUE + _encode_bytes(str(value).encode("utf-8"))

@@ -29,19 +29,23 @@ def rank_keys(keys: Sequence[bytes]) -> tuple[IntArray, int]:
     """Dense ranks (0-based) of byte keys and the number of distinct keys.
 
     Fixed-width keys (one numeric column, the common case) are sorted as big-endian 64-bit words with
-    numpy, several times faster than sorting byte strings; other keys go through Arrow's sort.
+    numpy, several times faster than sorting byte strings; byte columns equal in every key (the NULL
+    marker) are dropped first, so a 9-byte int64 key sorts as one word. Other keys go through Arrow.
     """
     n = len(keys)
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0
     width = len(keys[0])
-    if width and all(len(k) == width for k in keys):
-        words = -(-width // 8)
+    if width and min(map(len, keys)) == max(map(len, keys)):
         raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(n, width)
+        raw = raw[:, ~np.all(raw == raw[0], axis=0)]
+        if raw.shape[1] == 0:
+            return np.zeros(n, dtype=np.int64), 1
+        words = -(-raw.shape[1] // 8)
         padded = np.zeros((n, words * 8), dtype=np.uint8)
-        padded[:, :width] = raw
+        padded[:, : raw.shape[1]] = raw
         columns = padded.view(">u8").astype(np.uint64)
-        order = np.lexsort(columns.T[::-1])
+        order = np.lexsort(columns.T[::-1]) if words > 1 else np.argsort(columns[:, 0], kind="stable")
         ordered = columns[order]
         new_value = np.ones(n, dtype=bool)
         new_value[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
@@ -89,22 +93,25 @@ def _range_max(values: IntArray, lo: IntArray, hi: IntArray) -> IntArray:
 
 
 def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> DepthProfile:
-    """Point depths, block depths and overlaps; blocks touching at one value overlap."""
+    """Point depths, block depths and overlaps; blocks touching at one value overlap. O(n log n)."""
     n = len(min_keys)
-    ranks, points = rank_keys(list(min_keys) + list(max_keys))
+    ranks, points = rank_keys([*min_keys, *max_keys])
     lo, hi = ranks[:n], ranks[n:]
-    delta = np.bincount(lo, minlength=points + 1) - np.bincount(hi + 1, minlength=points + 1)
-    point_depth = np.cumsum(delta[:points])
+    starts_at = np.bincount(lo, minlength=points)
+    ends_at = np.bincount(hi, minlength=points)
+    point_depth = np.cumsum(starts_at) - np.concatenate(([0], np.cumsum(ends_at)[:-1]))
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return DepthProfile(lo, hi, point_depth, empty, empty)
     # Depth only rises at a block's min, so the maximum inside [lo, hi] sits at some block's min:
-    # the range-maximum table needs only the distinct min points, at most n of them.
-    starts = np.unique(lo)
-    first = np.searchsorted(starts, lo, side="left")
-    last = np.searchsorted(starts, hi, side="right") - 1
-    block_depth = _range_max(point_depth[starts], first, last) if n else np.zeros(0, dtype=np.int64)
-    sorted_lo, sorted_hi = np.sort(lo), np.sort(hi)
-    starting_after = n - np.searchsorted(sorted_lo, hi, side="right")
-    ending_before = np.searchsorted(sorted_hi, lo, side="left")
-    overlaps = n - 1 - starting_after - ending_before
+    # the range-maximum table needs only the distinct min points (at most n), indexed by rank.
+    is_start = starts_at > 0
+    start_index = np.cumsum(is_start) - 1
+    block_depth = _range_max(point_depth[is_start], start_index[lo], start_index[hi])
+    # overlaps(b) = n - 1 - #(blocks starting after b ends) - #(blocks ending before b starts)
+    starting_at_or_before = np.cumsum(starts_at)
+    ending_before = np.concatenate(([0], np.cumsum(ends_at)))
+    overlaps = n - 1 - (n - starting_at_or_before[hi]) - ending_before[lo]
     return DepthProfile(lo, hi, point_depth, block_depth.astype(np.int64), overlaps.astype(np.int64))
 
 
@@ -212,11 +219,10 @@ def blocks_by_level(blocks: Iterable[Block]) -> dict[int, list[Block]]:
 
 
 def clustering_info(blocks: Sequence[Block]) -> ClusteringInfo:
-    levels = blocks_by_level(blocks)
-    return ClusteringInfo(
-        table=clustering_metrics(blocks),
-        levels={level: clustering_metrics(members) for level, members in sorted(levels.items())},
-    )
+    levels = {level: clustering_metrics(members) for level, members in sorted(blocks_by_level(blocks).items())}
+    # A table of one level is that level: no second computation.
+    table = next(iter(levels.values())) if len(levels) == 1 else clustering_metrics(blocks)
+    return ClusteringInfo(table=table, levels=levels)
 
 
 class ClusteringState:

@@ -14,14 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from recluster.blocks import LEVEL_CONSTANT, Block, new_run_id
 from recluster.commit import CommitOutcome, CommitStatus, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
 from recluster.settings import Settings, table_storage_options
-from recluster.table import TableSnapshot, arrow_schema, load_snapshot, open_table
+from recluster.table import TableSnapshot, load_snapshot, open_table
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +121,11 @@ def run_task(
     """Merge one task on Spark and commit it (or clean up after it)."""
     from recluster.merge import execute_task
 
-    options = table_storage_options(settings, None)
-    schema = arrow_schema(open_table(snapshot.uri, options))
-    data_schema = pa.schema([f for f in schema if f.name not in snapshot.partition_columns])
     written = execute_task(
         spark,
         task,
         table_root=snapshot.uri,
-        data_schema=data_schema,
+        data_schema=snapshot.data_schema,
         properties=snapshot.properties,
         key=snapshot.key.names,
         fingerprint=snapshot.key.fingerprint,
@@ -142,7 +137,7 @@ def run_task(
         task,
         written,
         table_uri=snapshot.uri,
-        storage_options=options,
+        storage_options=snapshot.storage_options,
         read_version=snapshot.version,
         run_id=run_id,
         task_id=task_id,

@@ -136,22 +136,43 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def _override_path(name: str) -> list[str]:
+    """Split `section.field[.key]` along the settings models; below a mapping field the rest is one key
+    (`spark.conf.spark.sql.shuffle.partitions` sets conf["spark.sql.shuffle.partitions"])."""
+    parts = name.split(".")
+    model: type[BaseModel] = Settings
+    for index, part in enumerate(parts):
+        info = model.model_fields.get(part)
+        annotation = info.annotation if info else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+            continue
+        return [*parts[:index], part, ".".join(parts[index + 1 :])] if index + 1 < len(parts) else parts
+    return parts
+
+
+def _override_value(raw: str) -> Any:
+    """Scalars stay strings (pydantic validates them per field); `[...]`/`{...}` are YAML collections."""
+    if raw.strip()[:1] in ("[", "{"):
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            raise SettingsError(f"malformed value {raw!r}: {getattr(error, 'problem', error)}") from None
+    return raw
+
+
 def _nest_overrides(overrides: Iterable[str]) -> dict[str, Any]:
-    """`section.field=value` strings to a nested dict; values are parsed as YAML scalars."""
+    """`section.field=value` strings to a nested dict; values stay strings for pydantic to validate."""
     nested: dict[str, Any] = {}
     for item in overrides:
-        name, sep, raw = item.partition("=")
+        name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise SettingsError(f"override {item!r} is not of the form section.field=value")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
-            value = raw
-        *parents, leaf = name.strip().split(".")
+        *parents, leaf = _override_path(name.strip())
         node = nested
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = value
+        node[leaf] = _override_value(value)
     return nested
 
 

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -265,6 +265,9 @@ class TableSnapshot:
     partition_columns: tuple[str, ...]
     blocks: tuple[Block, ...]
     properties: Mapping[str, str]
+    data_schema: pa.Schema = field(compare=False)
+    """The table schema without partition columns: what data files hold."""
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _column(actions: pa.Table, name: str) -> list[Any] | None:
@@ -362,6 +365,7 @@ def load_snapshot(
     if partition:
         wanted = {k: str(v) for k, v in partition.items()}
         blocks = [b for b in blocks if all(dict(b.partition).get(k) == v for k, v in wanted.items())]
+    schema = arrow_schema(table)
     return TableSnapshot(
         uri=location,
         version=table.version(),
@@ -369,6 +373,8 @@ def load_snapshot(
         partition_columns=partition_columns,
         blocks=tuple(blocks),
         properties=dict(metadata.configuration),
+        data_schema=pa.schema([f for f in schema if f.name not in partition_columns]),
+        storage_options=dict(storage_options or {}),
     )
 
 
@@ -455,7 +461,16 @@ def _stat_from_json(value: Any, column: KeyColumn) -> Any:
         return None
     match column.type:
         case KeyType.DECIMAL:
-            return decimal.Decimal(str(value))
+            # delta-rs writes decimal stats as JSON doubles: trust only a value written at the column's
+            # scale or short enough to be exact, else let the footer supply it (as delta-rs itself does).
+            exact = decimal.Decimal(str(value))
+            shape = exact.as_tuple()
+            fits = isinstance(shape.exponent, int) and shape.exponent <= 0
+            if fits and (shape.exponent == -column.scale or len(shape.digits) <= 15):
+                return exact
+            return None
+        case KeyType.FLOAT:
+            return float(value)
         case KeyType.DATE:
             return dt.date.fromisoformat(value)
         case KeyType.TIMESTAMP:
@@ -476,9 +491,9 @@ def blocks_from_log_adds(
     """Blocks from the `add` actions of commit JSON, through the same path as snapshot blocks."""
     rows = []
     for add in adds:
-        stats = json.loads(add.get("stats") or "{}")
+        stats = json.loads(add.get("stats") or "{}", parse_float=decimal.Decimal)
         row: dict[str, Any] = {
-            "path": unquote(add["path"]),
+            "path": add["path"],
             "size_bytes": int(add.get("size", 0)),
             "num_records": stats.get("numRecords"),
             "deletionVector": add.get("deletionVector") is not None,

@@ -36,6 +36,7 @@ from recluster.blocks import (
 )
 
 FAST = settings(max_examples=200, deadline=None)
+LIGHT = settings(max_examples=100, deadline=None)
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -115,9 +116,11 @@ _floats = st.one_of(
     _negative_nans,
 )
 
-_tricky_text = st.text(alphabet=st.sampled_from(["", "a", "b", "\x00", "\x01", "\xff", "é", "\uffff", "😀"]).filter(bool), max_size=4)
+_tricky_text = st.text(alphabet=st.sampled_from(["a", "b", "\x00", "\x01", "\xff", "é", "\uffff", "😀"]), max_size=4)
 _strings = st.one_of(st.text(), _tricky_text)
-_binaries = st.one_of(st.binary(), st.lists(st.sampled_from([b"\x00", b"\x01", b"\xff", b"a"]), max_size=4).map(b"".join))
+_binaries = st.one_of(
+    st.binary(), st.lists(st.sampled_from([b"\x00", b"\x01", b"\xff", b"a"]), max_size=4).map(b"".join)
+)
 _integers = st.one_of(
     st.integers(INT64_MIN, INT64_MAX),
     st.integers(-3, 3),
@@ -134,9 +137,7 @@ _timezones = st.one_of(
     ),
 )
 _aware_datetimes = st.one_of(
-    st.datetimes(
-        min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30), timezones=_timezones
-    ),
+    st.datetimes(min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30), timezones=_timezones),
     st.datetimes(
         min_value=dt.datetime(1969, 12, 31, 23, 59, 58),
         max_value=dt.datetime(1970, 1, 1, 0, 0, 2),
@@ -149,9 +150,7 @@ _dates = st.one_of(st.dates(), st.dates(min_value=dt.date(1969, 12, 25), max_val
 def _decimals(precision: int, scale: int) -> st.SearchStrategy[decimal.Decimal]:
     bound = decimal.Decimal(10) ** (precision - scale) - decimal.Decimal(1).scaleb(-scale)
     return st.one_of(
-        st.decimals(
-            min_value=-bound, max_value=bound, places=scale, allow_nan=False, allow_infinity=False
-        ),
+        st.decimals(min_value=-bound, max_value=bound, places=scale, allow_nan=False, allow_infinity=False),
         st.integers(-300, 300).map(lambda u: decimal.Decimal(u).scaleb(-scale)),
     )
 
@@ -182,9 +181,7 @@ SINGLE_COLUMN_CASES: list[tuple[KeyColumn, st.SearchStrategy[Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("column", "strategy"), SINGLE_COLUMN_CASES, ids=[c.name for c, _ in SINGLE_COLUMN_CASES]
-)
+@pytest.mark.parametrize(("column", "strategy"), SINGLE_COLUMN_CASES, ids=[c.name for c, _ in SINGLE_COLUMN_CASES])
 def test_encode_value_preserves_spark_order(column: KeyColumn, strategy: st.SearchStrategy[Any]) -> None:
     @FAST
     @given(_values_of(strategy))
@@ -198,7 +195,7 @@ def test_encode_value_preserves_spark_order(column: KeyColumn, strategy: st.Sear
 
 @pytest.mark.parametrize(("column", "_strategy"), SINGLE_COLUMN_CASES, ids=[c.name for c, _ in SINGLE_COLUMN_CASES])
 def test_null_sorts_before_every_value(column: KeyColumn, _strategy: st.SearchStrategy[Any]) -> None:
-    @FAST
+    @settings(max_examples=50, deadline=None)
     @given(_strategy)
     def check(value: Any) -> None:
         assert encode_value(None, column) < encode_value(value, column)
@@ -247,11 +244,6 @@ def test_decimal_scale() -> None:
     assert encode_value(decimal.Decimal("0.01"), column) < encode_value(decimal.Decimal("0.10"), column)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: DECIMAL encoding uses Decimal.scaleb under the default 28-digit context, so decimals with "
-    "more than 28 significant digits (Spark allows precision 38) are rounded and distinct values collide",
-)
 def test_decimal_precision_38() -> None:
     column = KeyColumn("d", KeyType.DECIMAL, scale=2)
     a = decimal.Decimal("123456789012345678901234567890123.45")  # DECIMAL(38, 2) holds 36 integer digits
@@ -320,7 +312,7 @@ def test_encode_key_prefixes_and_nul_bytes() -> None:
     assert encode_key(("a", "\xff"), two_strings) < encode_key(("ab", None), two_strings)
 
 
-@FAST
+@LIGHT
 @given(st.tuples(_nullable(_small_ints), _nullable(_strings)))
 def test_equal_tuples_encode_equal(values: tuple[Any, Any]) -> None:
     number, text = values
@@ -361,7 +353,7 @@ def test_encode_key_requires_one_value_per_column() -> None:
 _partition_values = _nullable(st.one_of(st.text(max_size=6), _tricky_text))
 
 
-@FAST
+@LIGHT
 @given(
     names=st.lists(st.sampled_from(["p", "q", "r"]), min_size=1, max_size=3, unique=True),
     data=st.data(),
@@ -459,9 +451,8 @@ def test_key_fingerprint() -> None:
     assert key_fingerprint(["a", "b"], mode="zorder") != fingerprint
 
 
-@FAST
+@LIGHT
 @given(st.lists(st.text(alphabet="abcxyz_", min_size=1, max_size=4), min_size=2, max_size=4, unique=True))
 def test_key_fingerprint_depends_on_column_order(columns: list[str]) -> None:
     assert key_fingerprint(columns) == key_fingerprint(list(columns))
     assert key_fingerprint(columns) != key_fingerprint(columns[::-1])
-

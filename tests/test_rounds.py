@@ -16,7 +16,7 @@ from recluster.merge import execute_task
 from recluster.rounds import recluster_table, snapshot_loader
 from recluster.selection import select_merge_tasks
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
-from recluster.table import arrow_schema, set_table_properties
+from recluster.table import set_table_properties
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.spark
@@ -127,12 +127,11 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
         _bounds(snapshot),
     )
     (task,) = plan.tasks
-    schema = arrow_schema(DeltaTable(str(table)))
     written = execute_task(
         spark,
         task,
         table_root=snapshot.uri,
-        data_schema=schema,
+        data_schema=snapshot.data_schema,
         properties=snapshot.properties,
         key=snapshot.key.names,
         fingerprint=snapshot.key.fingerprint,

@@ -129,7 +129,9 @@ def test_overrides_beat_environment_and_file(tmp_path: Path, monkeypatch: pytest
     assert settings.clustering.target_rows == 5000  # from the file
     assert settings.commit.backoff_seconds == 0.0
     # the last of two overrides of one field wins
-    assert load_settings(None, ["clustering.depth_ratio=0.5", "clustering.depth_ratio=0.6"]).clustering.depth_ratio == 0.6
+    assert (
+        load_settings(None, ["clustering.depth_ratio=0.5", "clustering.depth_ratio=0.6"]).clustering.depth_ratio == 0.6
+    )
 
 
 def test_override_values_are_typed() -> None:
@@ -261,21 +263,11 @@ def test_settings_are_frozen() -> None:
         settings.clustering.depth_ratio = 0.5  # type: ignore[misc]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: --set splits every dot, so a Spark conf key (which contains dots) cannot be overridden: "
-    "spark.conf.spark.sql.shuffle.partitions=8 becomes {'spark': {'conf': {'spark': {'sql': ...}}}}",
-)
 def test_override_of_a_spark_conf_key_with_dots() -> None:
     settings = load_settings(None, ["spark.conf.spark.sql.shuffle.partitions=8"])
     assert settings.spark.conf == {"spark.sql.shuffle.partitions": "8"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: --set parses values as YAML, so a number given for a string field is rejected "
-    "('Input should be a valid string (got 30)') while the same value from the environment is accepted",
-)
 @pytest.mark.parametrize("override", ["storage_options.timeout=30", "spark.app_name=2024"])
 def test_override_of_a_string_field_with_a_number(override: str) -> None:
     name, _, value = override.partition("=")

@@ -7,6 +7,8 @@ code under test; the depth figures come from a brute-force O(n^2) oracle written
 from __future__ import annotations
 
 import datetime as dt
+import decimal
+import json
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -143,10 +145,9 @@ def test_many_files_match_oracle(tmp_path: Path) -> None:
     expected: dict[str, tuple[int, int, int]] = {}
     previous_hi = None
     for batch in range(30):
-        if batch % 7 == 3 and previous_hi is not None:
-            lo = previous_hi  # touches the previous file at exactly one value: they overlap
-        else:
-            lo = rng.randrange(-1_000_000, 1_000_000)
+        # every 7th file touches the previous one at exactly one value: they overlap
+        touching = batch % 7 == 3 and previous_hi is not None
+        lo = previous_hi if touching else rng.randrange(-1_000_000, 1_000_000)
         hi = lo + rng.choice([0, 1, 10, 5_000, 200_000, 900_000])
         rows = rng.randrange(2, 60)
         keys = [lo, hi] + [rng.randint(lo, hi) for _ in range(rows - 2)]
@@ -201,9 +202,7 @@ def test_key_from_table_property_and_from_settings(tmp_path: Path) -> None:
 def test_file_uri_is_accepted(tmp_path: Path) -> None:
     location = tmp_path / "uri"
     append(location, pa.table({"k": [1, 2, 3]}))
-    assert info_dict(location, ["k"]) == table_info(
-        location.as_uri(), settings=SETTINGS, cluster_by=["k"]
-    ).to_dict()
+    assert info_dict(location, ["k"]) == table_info(location.as_uri(), settings=SETTINGS, cluster_by=["k"]).to_dict()
 
 
 # --- partitions -----------------------------------------------------------------------------------------
@@ -371,9 +370,7 @@ def test_file_without_any_stats_is_unclustered_not_dropped(tmp_path: Path) -> No
     location = tmp_path / "nostats"
     no_stats = WriterProperties(column_properties={"k": ColumnProperties(statistics_enabled="NONE")})
     data = pa.table({"a": pa.array([1, 2, 3], pa.int64()), "k": pa.array([3, 1, 2], pa.int64())})
-    blind = append(
-        location, data, configuration={"delta.dataSkippingNumIndexedCols": "1"}, writer_properties=no_stats
-    )
+    blind = append(location, data, configuration={"delta.dataSkippingNumIndexedCols": "1"}, writer_properties=no_stats)
     seen = append(location, data)
     blocks = blocks_by_path(location, ["k"])
     assert set(blocks) == {blind, seen}
@@ -580,3 +577,70 @@ def test_empty_table_after_delete(tmp_path: Path) -> None:
     assert info_dict(location, ["k"])["average_depth"] == 2.0
     DeltaTable(str(location)).delete()
     assert info_dict(location, ["k"]) == EMPTY_EXPECTED
+
+
+# --- blocks from commit JSON (the streaming path) must equal snapshot blocks -----------------------------
+
+
+def log_adds(location: Path) -> list[dict[str, Any]]:
+    """The `add` actions of every commit file, as the streaming job reads them (raw JSON)."""
+    adds = []
+    for commit in sorted((location / "_delta_log").glob("*.json")):
+        for line in commit.read_text(encoding="utf-8").splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                adds.append(action["add"])
+    return adds
+
+
+def assert_log_blocks_equal_snapshot(location: Path, key: Sequence[str]) -> None:
+    from recluster.table import blocks_from_log_adds
+
+    snapshot = read_snapshot(str(location), settings=SETTINGS, cluster_by=key)
+    from_log = blocks_from_log_adds(log_adds(location), snapshot.key, snapshot.partition_columns, snapshot.uri)
+
+    def summary(blocks: Sequence[Any]) -> dict[str, tuple[Any, ...]]:
+        return {b.path: (b.rows, b.bytes, b.min_key, b.max_key, b.level, b.partition) for b in blocks}
+
+    assert summary(from_log) == summary(snapshot.blocks)
+
+
+def test_blocks_from_log_adds_equal_snapshot_blocks(tmp_path: Path) -> None:
+    location = tmp_path / "typed"
+    for offset in (0, 1):
+        data = pa.table(
+            {
+                "d": pa.array([dt.date(1950 + offset, 1, 1), dt.date(2000, 1, 1)]),
+                "ts": pa.array(
+                    [dt.datetime(1960, 1, 1, 0, 0, 0, 123_456, UTC), dt.datetime(2020 + offset, 1, 1, tzinfo=UTC)],
+                    pa.timestamp("us", "UTC"),
+                ),
+                "ntz": pa.array([dt.datetime(1969, 12, 31, 23, 59, 59, 999_999), None], pa.timestamp("us")),
+                "dec": pa.array([decimal.Decimal("-1.25"), decimal.Decimal(offset)], pa.decimal128(10, 2)),
+                "s": ["a", None],
+                "i": pa.array([None, None], pa.int64()),
+                "f": [1.5, -2.0 - offset],
+                "b": [b"a", b"b"],
+            }
+        )
+        append(location, data)
+    for key in (["d"], ["ts"], ["ntz"], ["dec"], ["s"], ["i"], ["f"], ["b"], ["d", "ts", "ntz", "dec", "s", "f"]):
+        assert_log_blocks_equal_snapshot(location, key)
+
+
+@pytest.mark.parametrize("footer", [False, True], ids=["log-stats", "footer"])
+def test_blocks_from_log_adds_with_escaped_partition_value(tmp_path: Path, footer: bool) -> None:
+    location = tmp_path / "escaped"
+    config = {"delta.dataSkippingNumIndexedCols": "1"} if footer else None
+    data = pa.table({"p": ["a b%/ü"] * 2, "a": [1, 2], "k": [5, 6]})
+    append(location, data, partition_by=["p"], configuration=config)
+    assert_log_blocks_equal_snapshot(location, ["k"])
+
+
+def test_blocks_from_log_adds_with_wide_decimal(tmp_path: Path) -> None:
+    location = tmp_path / "wide"
+    values = [decimal.Decimal("123456789012345678.91"), decimal.Decimal("123456789012345678.99")]
+    append(location, pa.table({"dec": pa.array(values, pa.decimal128(38, 2))}))
+    snapshot = blocks_by_path(location, ["dec"])
+    assert [(b.min_values, b.max_values) for b in snapshot.values()] == [((values[0],), (values[1],))]
+    assert_log_blocks_equal_snapshot(location, ["dec"])
