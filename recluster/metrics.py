@@ -8,7 +8,7 @@ difference-array sweep, and a block's depth is a range-maximum query over the po
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,16 +162,99 @@ class ClusteringMetrics:
         }
 
 
-def clustering_metrics(blocks: Sequence[Block]) -> ClusteringMetrics:
-    clustered = [b for b in blocks if b.clustered]
+class BlockSet:
+    """Blocks as parallel key lists plus running totals: O(1) to add or remove a block (swap-remove),
+    so recomputing a big level's metrics after a small commit costs only the vectorized depth sweep."""
+
+    def __init__(self, blocks: Iterable[Block] = ()) -> None:
+        self._clustered: list[Block] = []
+        self._min_keys: list[bytes] = []
+        self._max_keys: list[bytes] = []
+        self._position: dict[str, int] = {}
+        self._unclustered: dict[str, Block] = {}
+        self.rows = self.bytes = self.constants = 0
+        for block in blocks:
+            self.add(block)
+
+    def __len__(self) -> int:
+        return len(self._clustered) + len(self._unclustered)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._position or path in self._unclustered
+
+    def __iter__(self) -> Iterator[Block]:
+        yield from self._clustered
+        yield from self._unclustered.values()
+
+    def _count(self, block: Block, sign: int) -> None:
+        self.rows += sign * block.rows
+        self.bytes += sign * block.bytes
+        self.constants += sign * block.constant
+
+    def add(self, block: Block) -> None:
+        """Add (or replace) a block."""
+        self.remove(block.path)
+        self._count(block, 1)
+        if not block.clustered:
+            self._unclustered[block.path] = block
+            return
+        self._position[block.path] = len(self._clustered)
+        self._clustered.append(block)
+        self._min_keys.append(block.min_key)  # type: ignore[arg-type]
+        self._max_keys.append(block.max_key)  # type: ignore[arg-type]
+
+    def remove(self, path: str) -> bool:
+        """Remove a block by path; False when it is not here."""
+        if path in self._unclustered:
+            self._count(self._unclustered.pop(path), -1)
+            return True
+        index = self._position.pop(path, None)
+        if index is None:
+            return False
+        self._count(self._clustered[index], -1)
+        last = len(self._clustered) - 1
+        if index != last:  # move the last block into the hole
+            moved = self._clustered[last]
+            self._clustered[index] = moved
+            self._min_keys[index] = self._min_keys[last]
+            self._max_keys[index] = self._max_keys[last]
+            self._position[moved.path] = index
+        self._clustered.pop()
+        self._min_keys.pop()
+        self._max_keys.pop()
+        return True
+
+    def metrics(self) -> ClusteringMetrics:
+        return summarize(
+            self._min_keys,
+            self._max_keys,
+            blocks=len(self),
+            constants=self.constants,
+            unclustered=len(self._unclustered),
+            rows=self.rows,
+            nbytes=self.bytes,
+        )
+
+
+def summarize(
+    min_keys: Sequence[bytes],
+    max_keys: Sequence[bytes],
+    *,
+    blocks: int,
+    constants: int,
+    unclustered: int,
+    rows: int,
+    nbytes: int,
+) -> ClusteringMetrics:
+    """The metrics from the clustered blocks' keys and the totals: the one place they are computed."""
     totals = {
-        "total_block_count": len(blocks),
-        "constant_block_count": sum(1 for b in clustered if b.constant),
-        "unclustered_block_count": len(blocks) - len(clustered),
-        "total_rows": sum(b.rows for b in blocks),
-        "total_bytes": sum(b.bytes for b in blocks),
+        "total_block_count": blocks,
+        "constant_block_count": constants,
+        "unclustered_block_count": unclustered,
+        "total_rows": rows,
+        "total_bytes": nbytes,
     }
-    if not clustered:
+    if not min_keys:
         return ClusteringMetrics(
             **totals,
             average_overlaps=0.0,
@@ -180,7 +263,7 @@ def clustering_metrics(blocks: Sequence[Block]) -> ClusteringMetrics:
             p99_depth=1,
             block_depth_histogram={},
         )
-    profile = depth_profile([b.min_key for b in clustered], [b.max_key for b in clustered])  # type: ignore[misc]
+    profile = depth_profile(min_keys, max_keys)
     depths = np.sort(profile.block_depth)
     per_depth_values, per_depth_counts = np.unique(depths, return_counts=True)
     histogram: dict[int, int] = {}
@@ -194,6 +277,23 @@ def clustering_metrics(blocks: Sequence[Block]) -> ClusteringMetrics:
         p95_depth=nearest_rank(depths, 95),
         p99_depth=nearest_rank(depths, 99),
         block_depth_histogram={bucket_label(b): histogram[b] for b in sorted(histogram)},
+    )
+
+
+def clustering_metrics(blocks: Iterable[Block]) -> ClusteringMetrics:
+    """Metrics of a set of blocks in bulk (a snapshot); `BlockSet` serves incremental updates."""
+    members = list(blocks)
+    clustered = [b for b in members if b.min_key is not None and b.max_key is not None]
+    min_keys: list[bytes] = [b.min_key for b in clustered]  # type: ignore[misc]
+    max_keys: list[bytes] = [b.max_key for b in clustered]  # type: ignore[misc]
+    return summarize(
+        min_keys,
+        max_keys,
+        blocks=len(members),
+        constants=sum(map(bytes.__eq__, min_keys, max_keys)),
+        unclustered=len(members) - len(clustered),
+        rows=sum(b.rows for b in members),
+        nbytes=sum(b.bytes for b in members),
     )
 
 
@@ -228,32 +328,31 @@ def clustering_info(blocks: Sequence[Block]) -> ClusteringInfo:
 class ClusteringState:
     """Live blocks of one table by level, updated from each commit's adds and removes.
 
-    Only the levels a commit touched are recomputed, from cached per-level block sets, and always with
-    the same `clustering_metrics` a full recompute uses: equal to it by construction.
+    Only the levels a commit touched are recomputed, each from its `BlockSet` with the same code a full
+    recompute uses: equal to it by construction.
     """
 
     def __init__(self, blocks: Iterable[Block] = ()) -> None:
-        self._levels: dict[int, dict[str, Block]] = {}
+        self._levels: dict[int, BlockSet] = {}
+        self._level_of: dict[str, int] = {}
         self._cached: dict[int, ClusteringMetrics] = {}
         self.apply(added=blocks, removed=())
 
     def apply(self, added: Iterable[Block], removed: Iterable[str]) -> frozenset[int]:
         """Apply one commit; returns the levels it changed. Removing an unknown path is a no-op."""
         touched: set[int] = set()
-        removed_paths = set(removed)
-        if removed_paths:
-            for level, members in self._levels.items():
-                hit = removed_paths & members.keys()
-                for path in hit:
-                    del members[path]
-                if hit:
-                    touched.add(level)
+        for path in removed:
+            level = self._level_of.pop(path, None)
+            if level is not None:
+                self._levels[level].remove(path)
+                touched.add(level)
         for block in added:
-            for level, members in self._levels.items():  # a re-added path replaces its old entry
-                if block.path in members and level != block.level:
-                    del members[block.path]
-                    touched.add(level)
-            self._levels.setdefault(block.level, {})[block.path] = block
+            previous = self._level_of.get(block.path)
+            if previous is not None and previous != block.level:  # a re-added path replaces its old entry
+                self._levels[previous].remove(block.path)
+                touched.add(previous)
+            self._levels.setdefault(block.level, BlockSet()).add(block)
+            self._level_of[block.path] = block.level
             touched.add(block.level)
         for level in touched:
             self._cached.pop(level, None)
@@ -263,22 +362,22 @@ class ClusteringState:
 
     @property
     def blocks(self) -> list[Block]:
-        return [block for members in self._levels.values() for block in members.values()]
+        return [block for members in self._levels.values() for block in members]
 
     @property
     def levels(self) -> list[int]:
         return sorted(self._levels)
 
     def level_blocks(self, level: int) -> list[Block]:
-        return list(self._levels.get(level, {}).values())
+        return list(self._levels.get(level, ()))
 
     def level_metrics(self, level: int) -> ClusteringMetrics:
         if level not in self._cached:
-            self._cached[level] = clustering_metrics(self.level_blocks(level))
+            members = self._levels.get(level)
+            self._cached[level] = members.metrics() if members else clustering_metrics(())
         return self._cached[level]
 
     def info(self) -> ClusteringInfo:
-        return ClusteringInfo(
-            table=clustering_metrics(self.blocks),
-            levels={level: self.level_metrics(level) for level in self.levels},
-        )
+        levels = {level: self.level_metrics(level) for level in self.levels}
+        table = next(iter(levels.values())) if len(levels) == 1 else clustering_metrics(self.blocks)
+        return ClusteringInfo(table=table, levels=levels)

@@ -1,0 +1,1 @@
+"""Benchmarks, run as modules from the project root: `python -m bench.metrics_bench`."""
