@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from recluster.blocks import LEVEL_CONSTANT
-from recluster.commit import CommitStatus
+from recluster.commit import PRODUCER, CommitStatus
 from recluster.metrics import ClusteringState
 from recluster.rounds import execute_plan, selection_bounds
 from recluster.selection import MergeTask, ReclusterPlan, level_threshold, select_merge_tasks
@@ -53,7 +53,11 @@ class LevelStatus:
 
 @dataclass(frozen=True, slots=True)
 class TableStatus:
-    """What the job last did for one table: shown by `demo`, logged once per micro-batch."""
+    """What the job has done for one table: shown by `demo`, logged once per micro-batch.
+
+    tasks, conflicts, failures and bytes are totals since the job started; depth and levels are the state
+    at `version` (a batch's own merges show up in the next batch, when their commit comes back).
+    """
 
     table: str
     version: int
@@ -90,7 +94,8 @@ class TrackedTable:
     data_schema: pa.Schema
     storage_options: dict[str, str]
     pending: bool = False
-    totals: dict[str, int] = field(default_factory=lambda: {"tasks": 0, "written": 0, "appended": 0})
+    totals: dict[str, int] = field(default_factory=dict)
+    """Since the job started: tasks, conflicts, failures, bytes written and bytes appended (kept on reload)."""
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(
@@ -163,13 +168,10 @@ class ReclusterHandler:
             tracked = self.tracked.get(uri)
             if tracked is None:
                 tracked = self.tracked[uri] = self._initial_state(uri, events[0]["version"])
-            foreign = False
-            for event in events:
-                if event["version"] <= tracked.version:
-                    continue  # replayed after a restart: already in the state
-                if event["producer"] != "recluster":
-                    foreign = True
-                    tracked.totals["appended"] += event["bytes_added"] or 0
+            fresh = [e for e in events if e["version"] > tracked.version]  # older: replayed after a restart
+            foreign = [e for e in fresh if e["producer"] != PRODUCER]
+            _add(tracked.totals, appended=sum(e["bytes_added"] or 0 for e in foreign))
+            for event in fresh:
                 if (
                     event["operation"] == LOG_GAP
                     or event["metadata_changed"]
@@ -177,15 +179,16 @@ class ReclusterHandler:
                 ):
                     if event["operation"] == LOG_GAP:
                         log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event["version"])
+                    totals = tracked.totals
                     tracked = self.tracked[uri] = self._track(uri, None)
-                    foreign = True
+                    tracked.totals = totals
                     break
                 added = blocks_from_log_adds(
                     json.loads(event["adds"]), tracked.key, tracked.partition_columns, uri, self.options(uri)
                 )
                 tracked.state.apply(added, event["removes"] or [])
                 tracked.version = event["version"]
-            self._decide(tracked, foreign)
+            self._decide(tracked, bool(foreign))
         except TableError as error:
             self.tracked.pop(uri, None)
             status = TableStatus(uri, events[-1]["version"], (), 1.0, error=str(error))
@@ -221,7 +224,7 @@ class ReclusterHandler:
 
     def _decide(self, tracked: TrackedTable, foreign: bool) -> None:
         snapshot = tracked.snapshot()
-        tasks = conflicts = failures = written = 0
+        conflicts = 0
         pending = False
         if (foreign or tracked.pending) and not self.stopping.is_set():
             plan = select_merge_tasks(
@@ -229,18 +232,18 @@ class ReclusterHandler:
             )
             plan, pending = self._budgeted(plan)
             for outcome in execute_plan(self.spark, plan, snapshot, settings=self.settings, run_id=_run_id()):
-                if outcome.status is CommitStatus.COMMITTED:
-                    tasks += 1
-                    written += sum(f.bytes for f in outcome.written)
-                elif outcome.status is CommitStatus.CONFLICT:
-                    conflicts += 1
-                else:
-                    failures += 1
+                committed = outcome.status is CommitStatus.COMMITTED
+                conflicts += outcome.status is CommitStatus.CONFLICT
+                _add(
+                    tracked.totals,
+                    tasks=committed,
+                    written=sum(f.bytes for f in outcome.written) if committed else 0,
+                    conflicts=outcome.status is CommitStatus.CONFLICT,
+                    failures=outcome.status is CommitStatus.FAILED,
+                )
                 log.info("recluster table=%s %s %s", tracked.uri, outcome, outcome.task)
             pending = pending or conflicts > 0
         tracked.pending = pending
-        tracked.totals["tasks"] += tasks
-        tracked.totals["written"] += written
         bounds = selection_bounds(self.settings, snapshot, None)
         levels = tuple(
             LevelStatus(
@@ -257,11 +260,11 @@ class ReclusterHandler:
             tracked.version,
             levels,
             tracked.state.info().table.average_depth,
-            tasks=tracked.totals["tasks"],
-            conflicts=conflicts,
-            failures=failures,
-            bytes_written=tracked.totals["written"],
-            bytes_appended=tracked.totals["appended"],
+            tasks=tracked.totals.get("tasks", 0),
+            conflicts=tracked.totals.get("conflicts", 0),
+            failures=tracked.totals.get("failures", 0),
+            bytes_written=tracked.totals.get("written", 0),
+            bytes_appended=tracked.totals.get("appended", 0),
             pending=pending,
         )
         self._publish(status)
@@ -271,6 +274,11 @@ class ReclusterHandler:
         self.status[status.table] = status
         for listener in self.listeners:
             listener(status)
+
+
+def _add(totals: dict[str, int], **amounts: int) -> None:
+    for name, amount in amounts.items():
+        totals[name] = totals.get(name, 0) + int(amount)
 
 
 def _run_id() -> str:

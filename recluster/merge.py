@@ -207,8 +207,9 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     table = pa.Table.from_batches(collected).select(spec.schema.names).cast(spec.schema)
     files_by_rows = math.ceil(table.num_rows / spec.target_rows - 0.25)  # within 25% of target: one file
     files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
+    run_starts = key_run_starts(table, spec.key)
     segments = file_segments(
-        key_run_starts(table, spec.key),
+        run_starts,
         table.num_rows,
         spec.target_rows,
         max(1, files_by_rows, files_by_bytes),
@@ -217,7 +218,7 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     for start, stop in segments:
         piece = table.slice(start, stop - start)
         stats = delta_stats(piece, spec.stats_columns)
-        constant = len(key_run_starts(piece, spec.key)) == 1
+        constant = not np.any((run_starts > start) & (run_starts < stop))  # one key value only
         level = LEVEL_CONSTANT if constant and piece.num_rows >= spec.target_rows else spec.output_level
         relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id))
         location = file_location(spec.table_root, relative)
