@@ -202,8 +202,12 @@ class ReclusterHandler:
         except TableError:
             raise
         except Exception as error:  # delta-rs raises several kinds when an old version is gone
-            log.warning("recluster table=%s reason=version_gone error=%s", uri, error)
-            log.warning("recluster table=%s reason=version_gone version=%d: from latest", uri, first_version - 1)
+            log.warning(
+                "recluster table=%s reason=version_gone version=%d error=%s: starting from the latest snapshot",
+                uri,
+                first_version - 1,
+                error,
+            )
             return self._track(uri, None)
 
     def _budgeted(self, plan: ReclusterPlan) -> tuple[ReclusterPlan, bool]:
