@@ -22,8 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from recluster.blocks import LEVEL_CONSTANT
-from recluster.commit import PRODUCER, CommitStatus
+from recluster.commit import PRODUCER, CommitOutcome, CommitStatus
 from recluster.metrics import ClusteringState
+from recluster.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
 from recluster.rounds import execute_plan, selection_bounds
 from recluster.selection import MergeTask, ReclusterPlan, level_threshold, select_merge_tasks
 from recluster.settings import Settings, TableSettings, table_storage_options
@@ -38,7 +39,11 @@ from recluster.table import (
     open_table,
     resolve_cluster_key,
 )
-from triggers.delta_log import LOG_GAP, SOURCE_NAME, DeltaLogSource
+from triggers.delta_log import LOG_GAP, SCHEMA, SOURCE_NAME, CommitRange, DeltaLogSource, commit_rows
+from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
+from triggers.kafka_commits import KafkaCommitsSource
+
+COMMIT_COLUMNS = tuple(column.split()[0] for column in SCHEMA.split(", "))
 
 log = logging.getLogger("recluster.job")
 
@@ -123,6 +128,9 @@ class ReclusterHandler:
         self.idle = threading.Event()
         self.idle.set()
         self.listeners: list[Callable[[TableStatus], None]] = []
+        kafka = settings.kafka
+        self.metrics = BufferedPublisher(kafka, kafka.metrics_topic) if kafka.metrics_topic else None
+        self.skipped_events = 0
 
     def options(self, uri: str) -> dict[str, str]:
         return dict(table_storage_options(self.settings, self.configured.get(uri)))
@@ -151,19 +159,56 @@ class ReclusterHandler:
     def __call__(self, frame: Any, batch_id: int) -> None:
         self.idle.clear()
         try:
-            rows = sorted((r.asDict() for r in frame.collect()), key=lambda r: (r["table"], r["version"]))
+            rows = [r.asDict() for r in frame.collect()]
+            if self.settings.stream.source == "kafka":
+                rows = self._log_commits_for_events(rows)
             by_table: dict[str, list[dict[str, Any]]] = {}
-            for row in rows:
+            for row in sorted(rows, key=lambda r: (r["table"], r["version"])):
                 by_table.setdefault(row["table"], []).append(row)
-            for uri, events in by_table.items():
-                self._handle_table(uri, events)
-            for uri, tracked in self.tracked.items():  # work left over from earlier batches
+            records = [self._handle_table(uri, events) for uri, events in by_table.items()]
+            for uri, tracked in list(self.tracked.items()):  # work left over from earlier batches
                 if uri not in by_table and tracked.pending and not self.stopping.is_set():
-                    self._decide(tracked, foreign=False)
+                    records.append(self._decide(tracked, foreign=False))
+            if self.metrics is not None:
+                self.metrics.publish((r.table, r.model_dump_json()) for r in records if r is not None)
         finally:
             self.idle.set()
 
-    def _handle_table(self, uri: str, events: list[dict[str, Any]]) -> None:
+    def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Kafka events only name (table, version): read the real commits from the Delta log, from the
+        state's version up to the newest version announced. Duplicate, late or out-of-order events are
+        harmless; malformed ones are counted, logged and skipped."""
+        malformed = [e for e in events if e["error"]]
+        for event in malformed:
+            log.warning(
+                "recluster reason=malformed_event partition=%s offset=%s error=%s",
+                event["kafka_partition"],
+                event["kafka_offset"],
+                event["error"],
+            )
+        self.skipped_events = len(malformed)
+        newest: dict[str, tuple[int, int]] = {}
+        for event in events:
+            if event["error"]:
+                continue
+            uri = normalize_uri(event["table"])
+            if self.configured and uri not in self.configured:
+                continue  # a job serves its configured tables; with none configured it serves every table
+            low, high = newest.get(uri, (event["version"], event["version"]))
+            newest[uri] = (min(low, event["version"]), max(high, event["version"]))
+        rows: list[dict[str, Any]] = []
+        for uri, (low, high) in newest.items():
+            tracked = self.tracked.get(uri)
+            first = tracked.version + 1 if tracked else low
+            if high >= first:
+                options = tuple(sorted(self.options(uri).items()))
+                rows.extend(
+                    dict(zip(COMMIT_COLUMNS, r, strict=True))
+                    for r in commit_rows(CommitRange(uri, first, high, options))
+                )
+        return rows
+
+    def _handle_table(self, uri: str, events: list[dict[str, Any]]) -> MetricsRecord | None:
         try:
             tracked = self.tracked.get(uri)
             if tracked is None:
@@ -188,12 +233,13 @@ class ReclusterHandler:
                 )
                 tracked.state.apply(added, event["removes"] or [])
                 tracked.version = event["version"]
-            self._decide(tracked, bool(foreign))
+            return self._decide(tracked, bool(foreign))
         except TableError as error:
             self.tracked.pop(uri, None)
             status = TableStatus(uri, events[-1]["version"], (), 1.0, error=str(error))
             self._publish(status)
             log.error("recluster table=%s reason=table_error error=%s", uri, error)
+            return None
 
     def _initial_state(self, uri: str, first_version: int) -> TrackedTable:
         """State just before the first commit this job sees; the latest if that version was cleaned up."""
@@ -226,8 +272,10 @@ class ReclusterHandler:
             plan.tasks
         )
 
-    def _decide(self, tracked: TrackedTable, foreign: bool) -> None:
+    def _decide(self, tracked: TrackedTable, foreign: bool) -> MetricsRecord:
         snapshot = tracked.snapshot()
+        started = time.monotonic()
+        outcomes: list[CommitOutcome] = []
         conflicts = 0
         pending = False
         if (foreign or tracked.pending) and not self.stopping.is_set():
@@ -246,6 +294,7 @@ class ReclusterHandler:
                     failures=outcome.status is CommitStatus.FAILED,
                 )
                 log.info("recluster table=%s %s %s", tracked.uri, outcome, outcome.task)
+                outcomes.append(outcome)
             pending = pending or conflicts > 0
         tracked.pending = pending
         bounds = selection_bounds(self.settings, snapshot, None)
@@ -273,6 +322,28 @@ class ReclusterHandler:
         )
         self._publish(status)
         log.info("%s", status)
+        done = [o for o in outcomes if o.status is CommitStatus.COMMITTED]
+        actions = BatchActions(
+            tasks=len(done),
+            files_removed=sum(len(o.task.files) for o in done),
+            files_added=sum(len(o.written) for o in done),
+            bytes_read=sum(o.task.bytes for o in done),
+            bytes_written=sum(sum(f.bytes for f in o.written) for o in done),
+            conflicts=conflicts,
+            failures=sum(o.status is CommitStatus.FAILED for o in outcomes),
+            duration_seconds=time.monotonic() - started,
+        )
+        return metrics_record(
+            tracked.uri,
+            tracked.version,
+            tracked.state.info(),
+            {s.level: s.threshold for s in levels},
+            actions,
+            pending=pending,
+            reasons=[str(o.task.reason) for o in outcomes],
+            errors=[f"{o.status}: {o.reason}" for o in outcomes if o.status is not CommitStatus.COMMITTED],
+            skipped_events=self.skipped_events,
+        )
 
     def _publish(self, status: TableStatus) -> None:
         self.status[status.table] = status
@@ -308,19 +379,31 @@ def check_checkpoint_location(location: str) -> None:
 
 def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:
     """Start the streaming query; returns it with its handler (for status and graceful stops)."""
-    if not tables:
+    if not tables and settings.stream.source != "kafka":
         raise TableError("no tables to watch: pass --table URI or list tables in the config file")
     stream = settings.stream
     check_checkpoint_location(stream.checkpoint_location)
-    spark.dataSource.register(DeltaLogSource)
     handler = ReclusterHandler(settings, tables, spark)
-    reader = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
-        .option("startingVersion", str(stream.starting_version))
-        .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
-        .option("storageOptions", json.dumps(dict(settings.storage_options)))
-    )
+    if stream.source == "kafka":
+        kafka = settings.kafka
+        spark.dataSource.register(KafkaCommitsSource)
+        reader = (
+            spark.readStream.format(KAFKA_SOURCE_NAME)
+            .option("bootstrapServers", kafka.bootstrap_servers)
+            .option("topic", kafka.commits_topic)
+            .option("startingOffsets", kafka.starting_offsets)
+            .option("maxEventsPerBatch", str(kafka.max_events_per_batch))
+            .option("clientOptions", json.dumps(dict(kafka.client_options)))
+        )
+    else:
+        spark.dataSource.register(DeltaLogSource)
+        reader = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
+            .option("startingVersion", str(stream.starting_version))
+            .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
+            .option("storageOptions", json.dumps(dict(settings.storage_options)))
+        )
     query = (
         reader.load()
         .writeStream.foreachBatch(handler)
@@ -339,3 +422,5 @@ def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float 
     while not handler.idle.wait(timeout=0.2) and time.monotonic() < deadline:
         pass
     query.stop()
+    if handler.metrics is not None:
+        handler.metrics.close()

@@ -6,19 +6,29 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from recluster.api import TableInfo, table_info
 from recluster.metrics import ClusteringMetrics
 from recluster.rounds import ReclusterResult
-from recluster.settings import CLUSTER_BY_PROPERTY, Settings, SettingsError, TableSettings, load_settings
+from recluster.settings import (
+    CLUSTER_BY_PROPERTY,
+    Settings,
+    SettingsError,
+    TableSettings,
+    describe_validation_error,
+    load_settings,
+)
 from recluster.sql import SqlError
 from recluster.table import TableError, parse_columns
+
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -233,8 +243,33 @@ def _stream_settings(args: argparse.Namespace) -> Settings:
         )
         if value is not None
     }
+    if args.source is not None:
+        stream["source"] = args.source
+    kafka = {
+        name: value
+        for name, value in (
+            ("bootstrap_servers", args.bootstrap_servers),
+            ("commits_topic", args.commits_topic),
+            ("metrics_topic", args.metrics_topic),
+        )
+        if value is not None
+    }
     tables = [*settings.tables, *(parse_table_spec(t) for t in args.table or [])]
-    return settings.model_copy(update={"stream": settings.stream.model_copy(update=stream), "tables": tables})
+    return settings.model_copy(
+        update={
+            "stream": _updated(settings.stream, stream),
+            "kafka": _updated(settings.kafka, kafka),
+            "tables": tables,
+        }
+    )
+
+
+def _updated(section: SectionT, values: Mapping[str, Any]) -> SectionT:
+    """A settings section with command-line values, validated like every other source."""
+    try:
+        return type(section).model_validate({**section.model_dump(), **values})
+    except ValidationError as error:
+        raise SettingsError(describe_validation_error(error)) from None
 
 
 def _run_until_signal(query: Any, handler: Any, seconds: float | None, tick: Callable[[], None]) -> str:
@@ -275,7 +310,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from recluster.merge import spark_session
 
     settings = _stream_settings(args)
-    if not settings.tables:
+    if not settings.tables and settings.stream.source != "kafka":
         raise UsageError("no tables to watch: pass --table URI[:col1,col2] or list tables in --config")
     spark = spark_session(settings.spark)
     query, handler = start_job(spark, settings, settings.tables)
@@ -286,6 +321,147 @@ def cmd_watch(args: argparse.Namespace) -> int:
     print(f"stopped ({reason}); the checkpoint holds the position for a restart", file=sys.stderr)
     if args.json:
         print_json({uri: str(status) for uri, status in handler.status.items()})
+    return 0
+
+
+def cmd_publish_commits(args: argparse.Namespace) -> int:
+    """Tail Delta logs and publish one commit event per new version, for writers that cannot."""
+    import threading
+
+    from recluster.publish import BufferedPublisher, commit_event_json
+    from recluster.table import normalize_uri
+    from triggers.delta_log import CommitRange, commit_rows, newest_version, table_version
+
+    settings = _settings(args)
+    kafka = _updated(settings.kafka, {"bootstrap_servers": args.bootstrap_servers} if args.bootstrap_servers else {})
+    topic = args.topic or kafka.commits_topic
+    tables = [normalize_uri(t) for t in args.table]
+    options = dict(settings.storage_options)
+    start = {t: table_version(t, options) for t in tables}
+    positions = {t: -1 if args.from_version == "earliest" or v is None else v for t, v in start.items()}
+    publisher = BufferedPublisher(kafka, topic)
+    stop = threading.Event()
+    published = [0]
+
+    def tick() -> None:
+        for table in tables:
+            newest = newest_version(table, positions[table], 1000, options)
+            if newest <= positions[table]:
+                continue
+            commits = commit_rows(CommitRange(table, positions[table] + 1, newest, tuple(sorted(options.items()))))
+            events = [(table, commit_event_json(table, c[1], c[3], c[2])) for c in commits]
+            publisher.publish(events)
+            published[0] += len(events)
+            positions[table] = newest
+            logging.getLogger("recluster.publish").info("published table=%s versions<=%d", table, newest)
+
+    _serve(stop, args.seconds, args.interval, tick)
+    publisher.close()
+    result = {"published": published[0], "buffered": len(publisher.buffer), "dropped": publisher.dropped}
+    if args.json:
+        print_json(result)
+    else:
+        print(
+            f"published {result['published']} commit events to {topic}; {result['buffered']} buffered", file=sys.stderr
+        )
+    return 0
+
+
+def _serve(stop: Any, seconds: float | None, interval: float, tick: Callable[[], None]) -> None:
+    """Call `tick` every `interval` seconds until SIGTERM/SIGINT or `seconds` elapse."""
+    import signal
+    import time
+
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            tick()
+            stop.wait(interval)
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
+
+
+def cmd_metrics_tail(args: argparse.Namespace) -> int:
+    """Print the metrics topic: one JSON line per record with --json, else a live table per table."""
+    import contextlib
+    import threading
+
+    from kafka import TopicPartition
+    from rich.live import Live
+
+    from recluster.publish import MetricsRecord
+    from triggers.kafka_commits import consumer
+
+    settings = _settings(args)
+    topic = args.topic or settings.kafka.metrics_topic
+    if not topic:
+        raise UsageError("no metrics topic: pass --topic or set kafka.metrics_topic")
+    client = consumer(args.bootstrap_servers or settings.kafka.bootstrap_servers, settings.kafka.client_options)
+    partitions = [TopicPartition(topic, p) for p in sorted(client.partitions_for_topic(topic) or [])]
+    if not partitions:
+        client.close()
+        raise UsageError(f"topic {topic} does not exist (yet)")
+    client.assign(partitions)
+    if args.from_beginning:
+        client.seek_to_beginning(*partitions)
+    else:
+        client.seek_to_end(*partitions)
+    latest: dict[str, MetricsRecord] = {}
+    live = None if args.json else Live(console=Console(), auto_refresh=False)
+
+    def tick() -> None:
+        for records in client.poll(timeout_ms=500).values():
+            for record in records:
+                if args.json:
+                    print(record.value.decode("utf-8"), flush=True)
+                else:
+                    parsed = MetricsRecord.model_validate_json(record.value)
+                    latest[parsed.table] = parsed
+        if live is not None:
+            live.update(render_metrics(latest), refresh=True)
+
+    with live if live is not None else contextlib.nullcontext():
+        _serve(threading.Event(), args.seconds, 0.0, tick)
+    client.close()
+    return 0
+
+
+def render_metrics(latest: Mapping[str, Any]) -> Table:
+    grid = Table(title="recluster metrics", show_edge=False)
+    for header in (
+        "table",
+        "version",
+        "depth",
+        "p99",
+        "levels blocks/depth/threshold",
+        "tasks",
+        "written MB",
+        "errors",
+    ):
+        grid.add_column(header, no_wrap=True)
+    for table, record in sorted(latest.items()):
+        levels = " ".join(
+            f"L{lv.level}={lv.total_block_count}/{lv.average_depth:.2f}/{lv.threshold:.1f}" for lv in record.levels
+        )
+        grid.add_row(
+            table,
+            str(record.version),
+            f"{record.table_metrics.average_depth:.3f}",
+            str(record.table_metrics.p99_depth),
+            levels,
+            str(record.actions.tasks),
+            f"{record.actions.bytes_written / 1e6:.1f}",
+            str(len(record.errors) + record.skipped_events),
+        )
+    return grid
+
+
+def cmd_metrics_schema(args: argparse.Namespace) -> int:
+    from recluster.publish import MetricsRecord
+
+    print_json(MetricsRecord.model_json_schema())
     return 0
 
 
@@ -451,8 +627,40 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--trigger-seconds", type=float, help="micro-batch interval (stream.trigger_interval_seconds)")
     watch.add_argument("--starting-version", help="latest, earliest or a version number (first start only)")
     watch.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until a signal)")
+    watch.add_argument("--source", choices=["delta-log", "kafka"], help="commit trigger (stream.source)")
+    watch.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="Kafka brokers (kafka.bootstrap_servers)")
+    watch.add_argument("--commits-topic", metavar="TOPIC", help="commit events topic (kafka.commits_topic)")
+    watch.add_argument("--metrics-topic", metavar="TOPIC", help="publish metrics records here (kafka.metrics_topic)")
     _common(watch)
     watch.set_defaults(handler=cmd_watch)
+
+    publish = commands.add_parser(
+        "publish-commits",
+        help="tail Delta logs and publish commit events to Kafka (for writers that cannot publish)",
+        description="Publishes {table, version, operation, timestamp} for every new version of the tables.",
+    )
+    publish.add_argument("--table", action="append", required=True, metavar="URI", help="table to tail (repeatable)")
+    publish.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="Kafka brokers (kafka.bootstrap_servers)")
+    publish.add_argument("--topic", help="commit events topic (default: kafka.commits_topic)")
+    publish.add_argument("--from-version", choices=["latest", "earliest"], default="latest")
+    publish.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the logs")
+    publish.add_argument("--seconds", type=float, help="stop after this many seconds (default: until a signal)")
+    _common(publish)
+    publish.set_defaults(handler=cmd_publish_commits)
+
+    metrics = commands.add_parser("metrics", help="read the metrics topic").add_subparsers(
+        dest="metrics_command", required=True, metavar="COMMAND"
+    )
+    tail = metrics.add_parser("tail", help="print metrics records as a live table (or JSON lines with --json)")
+    tail.add_argument("--bootstrap-servers", metavar="HOST:PORT")
+    tail.add_argument("--topic", help="default: kafka.metrics_topic")
+    tail.add_argument("--from-beginning", action="store_true")
+    tail.add_argument("--seconds", type=float, help="stop after this many seconds (default: until a signal)")
+    _common(tail)
+    tail.set_defaults(handler=cmd_metrics_tail)
+
+    schema = commands.add_parser("metrics-schema", help="print the JSON Schema of a metrics record")
+    schema.set_defaults(handler=cmd_metrics_schema, verbose=False)
 
     demo = commands.add_parser(
         "demo",

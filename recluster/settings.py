@@ -84,7 +84,23 @@ class TableSettings(_Section):
         return value
 
 
+class KafkaSettings(_Section):
+    """The Kafka commit-event source and the metrics topic (DESIGN §7)."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    commits_topic: str = "recluster.commits"
+    metrics_topic: str | None = None
+    """Where one metrics record per touched table goes after each micro-batch; None: not published."""
+    starting_offsets: Literal["earliest", "latest"] = "latest"
+    max_events_per_batch: int = Field(10_000, ge=1)
+    metrics_buffer_records: int = Field(10_000, ge=1)
+    """Records kept while the broker is unreachable; the oldest are dropped (and counted) beyond this."""
+    client_options: dict[str, str] = Field(default_factory=dict)
+    """Extra kafka-python client settings (security_protocol, sasl_mechanism, ...)."""
+
+
 class StreamSettings(_Section):
+    source: Literal["delta-log", "kafka"] = "delta-log"
     checkpoint_location: str = "./recluster-checkpoint"
     trigger_interval_seconds: float = Field(1.0, gt=0)
     starting_version: Literal["latest", "earliest"] | int = "latest"
@@ -105,6 +121,7 @@ class Settings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     commit: CommitSettings = CommitSettings()
     stream: StreamSettings = StreamSettings()
+    kafka: KafkaSettings = KafkaSettings()
     tables: list[TableSettings] = Field(default_factory=list)
 
     @classmethod

@@ -1,0 +1,181 @@
+"""Kafka output: the metrics record the job publishes after each micro-batch, and commit events.
+
+A broker outage never stops reclustering: records wait in a bounded buffer (the oldest are dropped and
+counted beyond it), sends are bounded in time, and every later batch retries what is still buffered.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from recluster.metrics import ClusteringInfo, ClusteringMetrics
+from recluster.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+SEND_TIMEOUT_SECONDS = 5.0
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Metrics(_Record):
+    """The `recluster info --json` metric keys for one set of files (a table or a level)."""
+
+    total_block_count: int
+    constant_block_count: int
+    unclustered_block_count: int
+    total_rows: int
+    total_bytes: int
+    average_overlaps: float
+    average_depth: float
+    p95_depth: int
+    p99_depth: int
+    block_depth_histogram: dict[str, int]
+
+    @classmethod
+    def of(cls, metrics: ClusteringMetrics) -> Metrics:
+        return cls.model_validate(metrics.to_dict())
+
+
+class LevelRecord(Metrics):
+    level: int
+    threshold: float
+    """The level's threshold: clamp(blocks * depth_ratio, 1, max_depth_threshold)."""
+
+
+class BatchActions(_Record):
+    """What the job did to the table in this micro-batch."""
+
+    tasks: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    conflicts: int = 0
+    failures: int = 0
+    duration_seconds: float = 0.0
+
+
+class MetricsRecord(_Record):
+    """One record per touched table per micro-batch on the metrics topic, keyed by the table URI."""
+
+    time: dt.datetime
+    table: str
+    version: int = Field(description="Delta version the clustering figures describe")
+    policy: str = "levels"
+    table_metrics: Metrics = Field(description="whole-table figures, as `recluster info --json` prints them")
+    levels: list[LevelRecord]
+    actions: BatchActions
+    pending: bool = Field(description="work left for the next batch (budget reached or a conflict)")
+    reasons: list[str] = Field(default_factory=list, description="reason codes of the tasks run")
+    errors: list[str] = Field(default_factory=list)
+    skipped_events: int = Field(0, description="malformed commit events skipped in this batch (Kafka source)")
+
+
+def metrics_record(
+    table: str,
+    version: int,
+    info: ClusteringInfo,
+    thresholds: Mapping[int, float],
+    actions: BatchActions,
+    *,
+    pending: bool,
+    reasons: Iterable[str] = (),
+    errors: Iterable[str] = (),
+    skipped_events: int = 0,
+) -> MetricsRecord:
+    return MetricsRecord(
+        time=dt.datetime.now(dt.UTC),
+        table=table,
+        version=version,
+        table_metrics=Metrics.of(info.table),
+        levels=[
+            LevelRecord(level=level, threshold=thresholds.get(level, 1.0), **metrics.to_dict())
+            for level, metrics in sorted(info.levels.items())
+        ],
+        actions=actions,
+        pending=pending,
+        reasons=sorted(set(reasons)),
+        errors=list(errors),
+        skipped_events=skipped_events,
+    )
+
+
+def producer(settings: KafkaSettings) -> Any:
+    """A kafka-python producer whose sends block at most a few seconds when the broker is away."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        max_block_ms=int(SEND_TIMEOUT_SECONDS * 1000),
+        request_timeout_ms=int(SEND_TIMEOUT_SECONDS * 1000),
+        retries=3,
+        **dict(settings.client_options),
+    )
+
+
+class BufferedPublisher:
+    """Sends JSON records keyed by table; keeps them (bounded) while the broker cannot be reached."""
+
+    def __init__(self, settings: KafkaSettings, topic: str) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.buffer: deque[tuple[str, str]] = deque()
+        self.dropped = 0
+        self._producer: Any = None
+
+    def publish(self, records: Iterable[tuple[str, str]]) -> None:
+        """Queue (key, JSON) records and try to send everything queued."""
+        for record in records:
+            if len(self.buffer) >= self.settings.metrics_buffer_records:
+                self.buffer.popleft()
+                self.dropped += 1
+            self.buffer.append(record)
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what is buffered; what fails goes back to the front of the buffer for the next call."""
+        if not self.buffer:
+            return
+        from kafka.errors import KafkaError
+
+        failed = pending = list(self.buffer)
+        self.buffer.clear()
+        try:
+            if self._producer is None:
+                self._producer = producer(self.settings)
+            sent = [
+                (record, self._producer.send(self.topic, key=record[0].encode(), value=record[1].encode()))
+                for record in pending
+            ]
+            self._producer.flush(timeout=SEND_TIMEOUT_SECONDS)
+            failed = [record for record, future in sent if not future.succeeded()]
+        except KafkaError as error:
+            log.warning("kafka topic=%s reason=broker_unavailable error=%s", self.topic, error)
+        if failed:
+            self.buffer.extendleft(reversed(failed))
+            while len(self.buffer) > self.settings.metrics_buffer_records:
+                self.buffer.popleft()
+                self.dropped += 1
+            log.warning(
+                "kafka topic=%s reason=send_failed buffered=%d dropped=%d", self.topic, len(self.buffer), self.dropped
+            )
+
+    def close(self) -> None:
+        self.flush()
+        if self._producer is not None:
+            self._producer.close(timeout=SEND_TIMEOUT_SECONDS)
+            self._producer = None
+
+
+def commit_event_json(table: str, version: int, operation: str, timestamp: int | None) -> str:
+    return json.dumps({"table": table, "version": version, "operation": operation, "timestamp": timestamp})

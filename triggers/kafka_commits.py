@@ -1,0 +1,214 @@
+"""Streaming source of commit events from a Kafka topic (PySpark Python Data Source, kafka-python).
+
+Partitions are assigned explicitly and offsets {"partitions": {partition: next_offset}} live in the Spark
+checkpoint, as Spark's own Kafka source keeps them: no consumer group, no commits to the broker. The end
+of a micro-batch is taken from the records actually polled, never from the broker's reported end offsets
+(which can lag behind what it serves), so the tail is never lost.
+
+An event is JSON {"table": uri, "version": int, "operation": str, "timestamp": ms}. Malformed events are
+returned as rows with `error` set (the job counts, logs and skips them); they never fail the query. The job
+reads the real changes from the Delta log, so duplicate, late or out-of-order events are harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "recluster-kafka-commits"
+SCHEMA = (
+    "table string, version long, operation string, timestamp long, kafka_partition int, kafka_offset long, error string"
+)
+POLL_MS = 500
+READ_TIMEOUT_SECONDS = 60.0
+
+
+class CommitEvent(BaseModel):
+    """A commit of a Delta table, as writers (or `recluster publish-commits`) announce it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    table: str = Field(min_length=1)
+    version: int = Field(ge=0)
+    operation: str = "UNKNOWN"
+    timestamp: int | None = None
+
+
+def parse_event(value: bytes | None) -> tuple[CommitEvent | None, str | None]:
+    """The event, or None and a one-line reason it is malformed."""
+    if value is None:
+        return None, "empty record"
+    try:
+        return CommitEvent.model_validate_json(value), None
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "event"
+        return None, f"{where}: {first['msg']}"
+
+
+def consumer(bootstrap_servers: str, client_options: Mapping[str, str]) -> Any:
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        enable_auto_commit=False,
+        group_id=None,
+        auto_offset_reset="earliest",  # an offset the broker no longer has: read what it has
+        **dict(client_options),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange(InputPartition):
+    """Offsets [start, end) of one partition of the topic: plain values, picklable."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    bootstrap_servers: str
+    client_options: tuple[tuple[str, str], ...]
+
+
+def read_range(part: OffsetRange) -> Iterator[tuple[Any, ...]]:
+    """Rows for the records of one offset range (stateless: runs on executors)."""
+    from kafka import TopicPartition
+
+    client = consumer(part.bootstrap_servers, dict(part.client_options))
+    tp = TopicPartition(part.topic, part.partition)
+    try:
+        client.assign([tp])
+        client.seek(tp, part.start)
+        position = part.start
+        deadline = time.monotonic() + READ_TIMEOUT_SECONDS
+        while position < part.end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kafka {part.topic}[{part.partition}]: offsets {position}..{part.end} not served")
+            for record in client.poll(timeout_ms=POLL_MS).get(tp, []):
+                if record.offset >= part.end:
+                    position = part.end
+                    break
+                position = record.offset + 1
+                event, error = parse_event(record.value)
+                if event is None:
+                    yield (None, None, None, None, part.partition, record.offset, error)
+                else:
+                    yield (
+                        event.table,
+                        event.version,
+                        event.operation,
+                        event.timestamp,
+                        part.partition,
+                        record.offset,
+                        None,
+                    )
+    finally:
+        client.close()
+
+
+class KafkaCommitsReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.bootstrap_servers = options.get("bootstrapServers", "127.0.0.1:9092")
+        self.topic = options.get("topic", "")
+        if not self.topic:
+            raise ValueError(f"{SOURCE_NAME}: option 'topic' is required")
+        self.starting = options.get("startingOffsets", "latest")
+        self.max_events = int(options.get("maxEventsPerBatch", "10000"))
+        self.client_options: dict[str, str] = json.loads(options.get("clientOptions", "{}"))
+        self._client: Any = None
+
+    def _consumer(self) -> Any:
+        if self._client is None:
+            self._client = consumer(self.bootstrap_servers, self.client_options)
+        return self._client
+
+    def _partitions(self) -> list[Any]:
+        from kafka import TopicPartition
+
+        partitions = self._consumer().partitions_for_topic(self.topic) or set()
+        return [TopicPartition(self.topic, p) for p in sorted(partitions)]
+
+    def initialOffset(self) -> dict[str, Any]:
+        partitions = self._partitions()
+        if not partitions:
+            log.warning("kafka source: topic %s has no partitions yet; starting from offset 0", self.topic)
+            return {"partitions": {}}
+        client = self._consumer()
+        offsets = (
+            client.beginning_offsets(partitions) if self.starting == "earliest" else client.end_offsets(partitions)
+        )
+        return {"partitions": {str(tp.partition): int(offset) for tp, offset in offsets.items()}}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_events)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Poll from `start` and end where the records actually polled end (within the read limit)."""
+        budget = 1 << 62 if isinstance(limit, ReadAllAvailable) else int(getattr(limit, "maxRows", self.max_events))
+        positions = {int(p): int(o) for p, o in start["partitions"].items()}
+        partitions = self._partitions()
+        if not partitions:
+            return start
+        client = self._consumer()
+        client.assign(partitions)
+        for tp in partitions:
+            positions.setdefault(tp.partition, 0)  # a new partition is read from its beginning
+            client.seek(tp, positions[tp.partition])
+        while budget > 0:
+            polled = client.poll(timeout_ms=POLL_MS, max_records=min(budget, 10_000))
+            if not polled:
+                break
+            for tp, records in polled.items():
+                for record in records[:budget]:
+                    # In order within a partition; lower than before only when the broker lost its log
+                    # (restart, topic recreated): then the offsets start over and so do we.
+                    positions[tp.partition] = record.offset + 1
+                    budget -= 1
+        return {"partitions": {str(p): o for p, o in sorted(positions.items())}}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        options = tuple(sorted(self.client_options.items()))
+        ranges = []
+        for p, o in sorted(end["partitions"].items()):
+            first = int(start["partitions"].get(p, 0))
+            if int(o) < first:  # the partition started over: read it from its beginning
+                log.warning("kafka source: %s[%s] went back from %d to %d; re-reading it", self.topic, p, first, o)
+                first = 0
+            if int(o) > first:
+                ranges.append(OffsetRange(self.topic, int(p), first, int(o), self.bootstrap_servers, options))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to commit to the broker: offsets live in the Spark checkpoint."""
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class KafkaCommitsSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaCommitsReader(self.options)
