@@ -6,6 +6,7 @@ counted beyond it), sends are bounded in time, and every later batch retries wha
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -162,6 +163,7 @@ class BufferedPublisher:
         except KafkaError as error:
             log.warning("kafka topic=%s reason=broker_unavailable error=%s", self.topic, error)
         if failed:
+            self._discard_producer()  # a fresh one reconnects cleanly once the broker is back
             self.buffer.extendleft(reversed(failed))
             while len(self.buffer) > self.settings.metrics_buffer_records:
                 self.buffer.popleft()
@@ -170,11 +172,15 @@ class BufferedPublisher:
                 "kafka topic=%s reason=send_failed buffered=%d dropped=%d", self.topic, len(self.buffer), self.dropped
             )
 
+    def _discard_producer(self) -> None:
+        if self._producer is not None:
+            with contextlib.suppress(Exception):  # closing a producer whose broker is gone may fail too
+                self._producer.close(timeout=0)
+            self._producer = None
+
     def close(self) -> None:
         self.flush()
-        if self._producer is not None:
-            self._producer.close(timeout=SEND_TIMEOUT_SECONDS)
-            self._producer = None
+        self._discard_producer()
 
 
 def commit_event_json(table: str, version: int, operation: str, timestamp: int | None) -> str:

@@ -65,6 +65,8 @@ def consumer(bootstrap_servers: str, client_options: Mapping[str, str]) -> Any:
         enable_auto_commit=False,
         group_id=None,
         auto_offset_reset="earliest",  # an offset the broker no longer has: read what it has
+        request_timeout_ms=6000,  # an unreachable broker costs a trigger seconds, not half a minute
+        session_timeout_ms=5000,
         **dict(client_options),
     )
 
@@ -143,50 +145,94 @@ class KafkaCommitsReader(DataSourceStreamReader):
         partitions = self._partitions()
         if not partitions:
             log.warning("kafka source: topic %s has no partitions yet; starting from offset 0", self.topic)
-            return {"partitions": {}}
+            return {"partitions": {}, "reset": []}
         client = self._consumer()
         offsets = (
             client.beginning_offsets(partitions) if self.starting == "earliest" else client.end_offsets(partitions)
         )
-        return {"partitions": {str(tp.partition): int(offset) for tp, offset in offsets.items()}}
+        return {"partitions": {str(tp.partition): [int(offset), None] for tp, offset in offsets.items()}, "reset": []}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_events)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """Poll from `start` and end where the records actually polled end (within the read limit)."""
+        """Poll from `start` and end where the records actually polled end (within the read limit).
+
+        While the broker is unreachable there is simply no new data: the query keeps running."""
+        from kafka.errors import KafkaError
+
+        try:
+            return self._poll_end(start, limit)
+        except KafkaError as error:
+            log.warning("kafka source: topic=%s reason=broker_unavailable error=%s", self.topic, error)
+            self.stop()  # reconnect from scratch next time
+            return {"partitions": start["partitions"], "reset": []}
+
+    def _poll_end(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Each partition is re-read from the last record already read: if that record is no longer the
+        same (offset and timestamp), the partition started over (broker lost its log, topic recreated)
+        and is read again from its beginning. Duplicates are harmless downstream; lost events are not."""
         budget = 1 << 62 if isinstance(limit, ReadAllAvailable) else int(getattr(limit, "maxRows", self.max_events))
-        positions = {int(p): int(o) for p, o in start["partitions"].items()}
+        positions: dict[int, list[Any]] = {int(p): list(v) for p, v in start["partitions"].items()}
         partitions = self._partitions()
         if not partitions:
-            return start
+            return {"partitions": start["partitions"], "reset": []}
         client = self._consumer()
         client.assign(partitions)
+        unverified: set[int] = set()
         for tp in partitions:
-            positions.setdefault(tp.partition, 0)  # a new partition is read from its beginning
-            client.seek(tp, positions[tp.partition])
+            offset, _ = positions.setdefault(tp.partition, [0, None])  # a new partition: from its beginning
+            if offset > 0:
+                client.seek(tp, offset - 1)
+                unverified.add(tp.partition)
+            else:
+                client.seek_to_beginning(tp)
+        reset: set[int] = set()
+        refetching = False  # right after a seek to the beginning the first poll can come back empty
         while budget > 0:
             polled = client.poll(timeout_ms=POLL_MS, max_records=min(budget, 10_000))
             if not polled:
+                if refetching:
+                    refetching = False
+                    continue
                 break
             for tp, records in polled.items():
-                for record in records[:budget]:
-                    # In order within a partition; lower than before only when the broker lost its log
-                    # (restart, topic recreated): then the offsets start over and so do we.
-                    positions[tp.partition] = record.offset + 1
+                for record in records:
+                    if tp.partition in unverified:
+                        unverified.discard(tp.partition)
+                        last_offset, last_time = positions[tp.partition]
+                        if record.offset == last_offset - 1 and last_time in (None, record.timestamp):
+                            continue  # the record we had already read: the partition is as we left it
+                        log.warning("kafka source: %s[%d] started over; reading it again", self.topic, tp.partition)
+                        reset.add(tp.partition)
+                        positions[tp.partition] = [0, None]
+                        client.seek_to_beginning(tp)
+                        refetching = True
+                        break
+                    if budget <= 0:
+                        break
+                    positions[tp.partition] = [record.offset + 1, record.timestamp]
                     budget -= 1
-        return {"partitions": {str(p): o for p, o in sorted(positions.items())}}
+        if unverified and budget > 0:
+            # The record we read last did not come back. If the broker's log no longer even reaches it,
+            # the partition started over and is read from its beginning by the next micro-batch.
+            from kafka import TopicPartition
+
+            ends = client.end_offsets([TopicPartition(self.topic, p) for p in sorted(unverified)])
+            for tp, end_offset in ends.items():
+                if end_offset < positions[tp.partition][0]:
+                    log.warning("kafka source: %s[%d] is shorter than what was read; reading it again", *tp)
+                    reset.add(tp.partition)
+                    positions[tp.partition] = [0, None]
+        return {"partitions": {str(p): v for p, v in sorted(positions.items())}, "reset": sorted(reset)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         options = tuple(sorted(self.client_options.items()))
         ranges = []
-        for p, o in sorted(end["partitions"].items()):
-            first = int(start["partitions"].get(p, 0))
-            if int(o) < first:  # the partition started over: read it from its beginning
-                log.warning("kafka source: %s[%s] went back from %d to %d; re-reading it", self.topic, p, first, o)
-                first = 0
-            if int(o) > first:
-                ranges.append(OffsetRange(self.topic, int(p), first, int(o), self.bootstrap_servers, options))
+        for p, (last, _) in sorted(end["partitions"].items()):
+            first = 0 if int(p) in end.get("reset", []) else int(start["partitions"].get(p, [0, None])[0])
+            if int(last) > first:
+                ranges.append(OffsetRange(self.topic, int(p), first, int(last), self.bootstrap_servers, options))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
