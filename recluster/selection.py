@@ -135,8 +135,12 @@ def _deepest_range_tasks(
     depth = profile.point_depth
     if not len(depth) or int(depth.max()) < 2 or float(profile.block_depth.mean()) <= threshold:
         return [], [], 0
-    # Maximal runs of equal depth, visited deepest first; a run's covering blocks form a candidate.
-    change = np.flatnonzero(np.diff(depth)) + 1
+    # Maximal runs of equal depth that no gap interrupts (some block spans each step from one point to
+    # the next), visited deepest first; a run's covering blocks form a candidate.
+    spanning = np.cumsum(np.bincount(profile.lo, minlength=len(depth))) - np.cumsum(
+        np.bincount(profile.hi, minlength=len(depth))
+    )
+    change = np.flatnonzero((np.diff(depth) != 0) | (spanning[:-1] == 0)) + 1
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change - 1, [len(depth) - 1]))
     order = np.lexsort((starts, -depth[starts]))
@@ -152,6 +156,11 @@ def _deepest_range_tasks(
         if len(covering) < 2:
             continue
         chosen = _bounded([blocks[int(i)] for i in covering], bounds)
+        if len(chosen) < len(covering):
+            # Cut by the bounds: keep only files sharing the run's first (deepest) point, so that the files
+            # merged overlap each other and the merge really removes depth there.
+            at_point = np.flatnonzero((profile.lo <= starts[run]) & (profile.hi >= starts[run]) & ~used)
+            chosen = _bounded([blocks[int(i)] for i in at_point], bounds)
         if len(chosen) < 2:
             oversized += 1
             continue
