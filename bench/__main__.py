@@ -1,8 +1,9 @@
 """Run every benchmark: `python -m bench [--quick]` from the project root.
 
 In sequence: the metrics benchmark (bench/metrics_bench.py, when present), merge throughput and write
-amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py). Each prints its own markdown
-table and writes its JSON to bench/results/; a combined table follows at the end.
+amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py), then every strategy against
+its anchors on the same workloads (bench/compare.py, which also cites the results of the three before it).
+Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
 """
 
 from __future__ import annotations
@@ -78,9 +79,9 @@ def main() -> int:
     rows += metrics_rows(run_metrics(quick))
     timings["metrics"] = time.perf_counter() - mark
 
-    from bench import merge_bench, stream_bench
+    from bench import compare, merge_bench, stream_bench
 
-    for name, module in (("merge", merge_bench), ("stream", stream_bench)):
+    for name, module in (("merge", merge_bench), ("stream", stream_bench), ("compare", compare)):
         mark = time.perf_counter()
         rows += summary_rows(name, module.main(quick=quick))
         timings[name] = time.perf_counter() - mark
