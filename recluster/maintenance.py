@@ -1,0 +1,138 @@
+"""Orphan cleanup (DESIGN §6, §8): remove the outputs of rewrites that never committed.
+
+A file is deleted only when all three hold: its name is one recluster writes (`part-L..-k..-r..`), it is older
+than a safety age (a rewrite still running has young outputs), and no version still in the log references it
+(time travel to any retained version keeps working). Anything else is left alone, whatever it looks like.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from recluster.blocks import parse_data_file_name
+from recluster.table import TableError, normalize_uri, open_table, table_filesystem
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SAFETY_AGE_SECONDS = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanFile:
+    path: str
+    """Relative to the table root."""
+    bytes: int
+    age_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    table: str
+    oldest_version: int
+    latest_version: int
+    referenced: int
+    orphans: tuple[OrphanFile, ...]
+    deleted: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "table": self.table,
+            "oldest_version": self.oldest_version,
+            "latest_version": self.latest_version,
+            "referenced_files": self.referenced,
+            "orphans": [{"path": o.path, "bytes": o.bytes, "age_seconds": o.age_seconds} for o in self.orphans],
+            "orphan_bytes": sum(o.bytes for o in self.orphans),
+            "deleted": self.deleted,
+        }
+
+
+def _log_versions(filesystem: pafs.FileSystem, log_dir: str) -> list[int]:
+    infos = filesystem.get_file_info(pafs.FileSelector(log_dir, recursive=False))
+    names = [info.base_name for info in infos if info.type == pafs.FileType.File]
+    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+
+
+def referenced_files(table_uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[set[str], int, int]:
+    """Every data file some version still in the log references: the files of the oldest version that
+    can be loaded, plus every file any later commit added. Returns (paths, oldest, latest)."""
+    location = normalize_uri(table_uri)
+    filesystem = table_filesystem(location, storage_options)
+    log_dir = f"{location}/_delta_log" if "://" not in location else "_delta_log"
+    try:
+        versions = _log_versions(filesystem, log_dir)
+    except FileNotFoundError:
+        versions = []
+    if not versions:
+        raise TableError(f"{table_uri} has no commit files in _delta_log")
+    oldest, latest = versions[0], versions[-1]
+    table = open_table(location, storage_options)
+    try:
+        table.load_as_version(oldest)
+    except Exception as error:  # the oldest JSON may predate a checkpoint that is gone: refuse, never guess
+        raise TableError(f"cannot load the oldest retained version {oldest} of {table_uri}: {error}") from None
+    paths = {unquote(p) for p in pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()}
+    for version in versions[1:]:
+        with filesystem.open_input_stream(f"{log_dir}/{version:020d}.json") as stream:
+            for line in stream.read().decode("utf-8").splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if "add" in action:
+                    paths.add(unquote(action["add"]["path"]))
+    return paths, oldest, latest
+
+
+def find_orphans(
+    table_uri: str,
+    *,
+    safety_age_seconds: float = DEFAULT_SAFETY_AGE_SECONDS,
+    storage_options: Mapping[str, str] | None = None,
+) -> CleanResult:
+    """The files `clean_orphans` would delete (nothing is deleted here)."""
+    location = normalize_uri(table_uri)
+    referenced, oldest, latest = referenced_files(location, storage_options)
+    filesystem = table_filesystem(location, storage_options)
+    root = location if "://" not in location else ""
+    now = time.time()
+    orphans = []
+    for info in filesystem.get_file_info(pafs.FileSelector(root or "/", recursive=True)):
+        if info.type != pafs.FileType.File or "_delta_log" in info.path:
+            continue
+        relative = info.path[len(root) :].lstrip("/") if root else info.path.lstrip("/")
+        if parse_data_file_name(relative) is None or relative in referenced:
+            continue
+        age = now - (info.mtime.timestamp() if info.mtime else now)
+        if age >= safety_age_seconds:
+            orphans.append(OrphanFile(relative, int(info.size or 0), age))
+    return CleanResult(location, oldest, latest, len(referenced), tuple(sorted(orphans, key=lambda o: o.path)), False)
+
+
+def clean_orphans(
+    table_uri: str,
+    *,
+    safety_age_seconds: float = DEFAULT_SAFETY_AGE_SECONDS,
+    storage_options: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+) -> CleanResult:
+    """Delete the orphans `find_orphans` reports (after checking each again just before deleting it)."""
+    found = find_orphans(table_uri, safety_age_seconds=safety_age_seconds, storage_options=storage_options)
+    if dry_run or not found.orphans:
+        return found
+    # A rewrite may have committed one of them since the listing: re-read the references first.
+    referenced, _, _ = referenced_files(found.table, storage_options)
+    filesystem = table_filesystem(found.table, storage_options)
+    root = found.table if "://" not in found.table else ""
+    deleted = []
+    for orphan in found.orphans:
+        if orphan.path in referenced:
+            continue
+        filesystem.delete_file(f"{root}/{orphan.path}" if root else orphan.path)
+        log.info("clean table=%s deleted=%s bytes=%d reason=orphan", found.table, orphan.path, orphan.bytes)
+        deleted.append(orphan)
+    return CleanResult(found.table, found.oldest_version, found.latest_version, found.referenced, tuple(deleted), True)
