@@ -153,11 +153,18 @@ def key_run_starts(table: pa.Table, key: Sequence[str]) -> npt.NDArray[np.int64]
     return np.concatenate(([0], np.flatnonzero(differs) + 1)).astype(np.int64)
 
 
-def file_segments(run_starts: npt.NDArray[np.int64], rows: int, target_rows: int, files: int) -> list[tuple[int, int]]:
+def file_segments(
+    run_starts: npt.NDArray[np.int64],
+    rows: int,
+    target_rows: int,
+    files: int,
+    inner_starts: npt.NDArray[np.int64] | None = None,
+) -> list[tuple[int, int]]:
     """[start, stop) row ranges of the output files of one sorted partition.
 
-    About `files` even pieces cut only at run starts; a run of >= target_rows rows (one heavy value) is
-    split into constant pieces of >= target_rows each, which become level -1.
+    About `files` even pieces, cut only at run starts. A run of >= target_rows rows (one heavy value) is
+    split inside: at `inner_starts` (full-key changes, when runs are of the first key column) into pieces
+    that each hold that one first-column value, or else into constant pieces of >= target_rows (level -1).
     """
     if rows == 0:
         return []
@@ -166,8 +173,13 @@ def file_segments(run_starts: npt.NDArray[np.int64], rows: int, target_rows: int
     cuts: set[int] = set()
     for i in np.flatnonzero(lengths >= target_rows):
         start, length = int(run_starts[i]), int(lengths[i])
-        pieces = length // target_rows
-        cuts.update(start + (length * j) // pieces for j in range(pieces + 1))
+        if inner_starts is None:
+            pieces = length // target_rows
+            cuts.update(start + (length * j) // pieces for j in range(pieces + 1))
+            continue
+        inside = inner_starts[(inner_starts >= start) & (inner_starts < start + length)] - start
+        for low, high in file_segments(inside, length, target_rows, max(1, length // target_rows)):
+            cuts.update((start + low, start + high))
     if files > 1:
         ideal = np.array([(rows * j) // files for j in range(1, files)], dtype=np.int64)
         right = np.clip(np.searchsorted(run_starts, ideal), 0, len(run_starts) - 1)
@@ -207,12 +219,17 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     table = pa.Table.from_batches(collected).select(spec.schema.names).cast(spec.schema)
     files_by_rows = math.ceil(table.num_rows / spec.target_rows - 0.25)  # within 25% of target: one file
     files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
+    # A file's key range is per-column (min tuple, max tuple): two files that split one value of the first
+    # key column overlap whatever the other columns hold, so files are cut where the first column changes,
+    # and a first-column value too big for one file is split only where the whole key changes.
     run_starts = key_run_starts(table, spec.key)
+    first_starts = key_run_starts(table, spec.key[:1]) if len(spec.key) > 1 else run_starts
     segments = file_segments(
-        run_starts,
+        first_starts,
         table.num_rows,
         spec.target_rows,
         max(1, files_by_rows, files_by_bytes),
+        inner_starts=run_starts if len(spec.key) > 1 else None,
     )
     results = []
     for start, stop in segments:
@@ -287,7 +304,8 @@ def execute_task(
         target_file_bytes=target_file_bytes,
         bytes_per_row=task.bytes / max(task.rows, 1),
     )
-    sorted_frame = frame.repartitionByRange(partitions, *order).sortWithinPartitions(*order)
+    # Range-partition on the first key column only, so that one of its values never spans two partitions.
+    sorted_frame = frame.repartitionByRange(partitions, order[0]).sortWithinPartitions(*order)
     rows = sorted_frame.mapInArrow(lambda batches: write_sorted_partition(spec, batches), RESULT_SCHEMA).collect()
     return [
         WrittenFile(
