@@ -152,17 +152,26 @@ def _deepest_range_tasks(
         run_depth = int(depth[starts[run]])
         if run_depth < 2 or len(groups) >= budget:
             break
-        covering = np.flatnonzero((profile.lo <= ends[run]) & (profile.hi >= starts[run]) & ~used)
-        if len(covering) < 2:
+        covering = np.flatnonzero((profile.lo <= ends[run]) & (profile.hi >= starts[run]))
+        free = covering[~used[covering]]
+        if len(free) < 2:
             continue
-        chosen = _bounded([blocks[int(i)] for i in covering], bounds)
+        candidates = [blocks[int(i)] for i in free]
+        chosen = _bounded(candidates, bounds) if len(free) == len(covering) else []
         if len(chosen) < len(covering):
-            # Cut by the bounds: keep only files sharing the run's first (deepest) point, so that the files
-            # merged overlap each other and the merge really removes depth there.
-            at_point = np.flatnonzero((profile.lo <= starts[run]) & (profile.hi >= starts[run]) & ~used)
-            chosen = _bounded([blocks[int(i)] for i in at_point], bounds)
+            # Cut by the bounds, or part of the run's files went to an earlier task (what is left may not
+            # overlap): keep the free files meeting at the run's point where most of them meet, so the
+            # files merged overlap each other and the merge really removes depth there.
+            first, length = int(starts[run]), int(ends[run] - starts[run] + 1)
+            low = np.clip(profile.lo[free] - first, 0, length)
+            high = np.clip(profile.hi[free] - first + 1, 0, length)
+            meeting = np.cumsum(np.bincount(low, minlength=length + 1) - np.bincount(high, minlength=length + 1))
+            point = first + int(np.argmax(meeting[:length]))
+            at_point = free[(profile.lo[free] <= point) & (profile.hi[free] >= point)]
+            candidates = [blocks[int(i)] for i in at_point]
+            chosen = _bounded(candidates, bounds)
         if len(chosen) < 2:
-            oversized += 1
+            oversized += len(candidates) >= 2  # files to merge were there, but not within the bounds
             continue
         chosen_paths = {b.path for b in chosen}
         used[[int(i) for i in covering if blocks[int(i)].path in chosen_paths]] = True

@@ -197,11 +197,13 @@ def block_depths(ranges: Sequence[tuple[int, int]]) -> list[int]:
 
 
 def runs(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """Maximal runs of consecutive points of equal depth: (first point, last point, depth), left to right."""
+    """Maximal runs of consecutive points of equal depth that no gap interrupts (some block contains both a
+    point and the next one): (first point, last point, depth), left to right. Disjoint ranges never share a run."""
     points, depths = point_depths(ranges)
     out: list[tuple[int, int, int]] = []
     for p, d in zip(points, depths, strict=True):
-        if out and out[-1][2] == d:
+        bridged = bool(out) and any(lo <= out[-1][1] and hi >= p for lo, hi in ranges)
+        if out and out[-1][2] == d and bridged:
             out[-1] = (out[-1][0], p, d)
         else:
             out.append((p, p, d))
@@ -228,10 +230,18 @@ def oracle_greedy(pool: Sequence[Spec], threshold: float) -> list[tuple[set[str]
     for first, last, depth in sorted(runs(ranges), key=lambda r: (-r[2], r[0])):
         if depth < 2:
             break
-        covering = {s.path for s in pool if s.path not in used and s.lo <= last and s.hi >= first}  # type: ignore[operator]
-        if len(covering) >= 2:
-            tasks.append((covering, depth))
-            used |= covering
+        covering = {s.path for s in pool if s.lo <= last and s.hi >= first}  # type: ignore[operator]
+        free = covering - used
+        if free != covering:
+            # Part of the run went to an earlier task: the free files meeting at the run's point where most
+            # of them meet (leftmost among equals), so that they overlap each other.
+            free_specs = [s for s in pool if s.path in free]
+            points = sorted({p for s in free_specs for p in (s.lo, s.hi) if first <= p <= last} | {first})  # type: ignore[operator]
+            best = max(points, key=lambda p: (sum(s.lo <= p <= s.hi for s in free_specs), -p))  # type: ignore[operator]
+            free = {s.path for s in free_specs if s.lo <= best <= s.hi}  # type: ignore[operator]
+        if len(free) >= 2:
+            tasks.append((free, depth))
+            used |= free
     return tasks
 
 
