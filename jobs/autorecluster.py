@@ -85,6 +85,27 @@ class TableStatus:
         )
         return text + (f" error={self.error!r}" if self.error else "")
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready status, as served by the job's /status endpoint."""
+        return {
+            "table": self.table,
+            "version": self.version,
+            "average_depth": self.average_depth,
+            "levels": [
+                {"level": s.level, "blocks": s.blocks, "average_depth": s.average_depth, "threshold": s.threshold}
+                for s in self.levels
+            ],
+            "totals": {
+                "merges": self.tasks,
+                "conflicts": self.conflicts,
+                "failures": self.failures,
+                "bytes_written": self.bytes_written,
+                "bytes_appended": self.bytes_appended,
+            },
+            "pending": self.pending,
+            "error": self.error,
+        }
+
 
 @dataclass
 class TrackedTable:
@@ -131,6 +152,8 @@ class ReclusterHandler:
         kafka = settings.kafka
         self.metrics = BufferedPublisher(kafka, kafka.metrics_topic) if kafka.metrics_topic else None
         self.skipped_events = 0
+        self.last_batch_time: float | None = None
+        """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
 
     def options(self, uri: str) -> dict[str, str]:
         return dict(table_storage_options(self.settings, self.configured.get(uri)))
@@ -172,6 +195,7 @@ class ReclusterHandler:
             if self.metrics is not None:
                 self.metrics.publish((r.table, r.model_dump_json()) for r in records if r is not None)
         finally:
+            self.last_batch_time = time.time()
             self.idle.set()
 
     def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,13 +8,14 @@ import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from recluster.api import TableInfo, table_info
+from recluster.k8s import prepare_event_log_dir, with_kubernetes
 from recluster.metrics import ClusteringMetrics
 from recluster.rounds import ReclusterResult
 from recluster.settings import (
@@ -27,6 +28,9 @@ from recluster.settings import (
 )
 from recluster.sql import SqlError
 from recluster.table import TableError, parse_columns
+
+if TYPE_CHECKING:
+    from jobs.health import HealthServer
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
 
@@ -254,13 +258,17 @@ def _stream_settings(args: argparse.Namespace) -> Settings:
         )
         if value is not None
     }
+    http = {"port": args.http_port} if args.http_port is not None else {}
     tables = [*settings.tables, *(parse_table_spec(t) for t in args.table or [])]
-    return settings.model_copy(
-        update={
-            "stream": _updated(settings.stream, stream),
-            "kafka": _updated(settings.kafka, kafka),
-            "tables": tables,
-        }
+    return with_kubernetes(
+        settings.model_copy(
+            update={
+                "stream": _updated(settings.stream, stream),
+                "kafka": _updated(settings.kafka, kafka),
+                "http": _updated(settings.http, http),
+                "tables": tables,
+            }
+        )
     )
 
 
@@ -305,6 +313,19 @@ def _run_until_signal(query: Any, handler: Any, seconds: float | None, tick: Cal
     return reason[0]
 
 
+def _start_http(settings: Settings) -> HealthServer | None:
+    """The /healthz, /readyz, /metrics and /status server when `http.port` is set; bound before Spark starts
+    so a taken port fails fast."""
+    if settings.http.port is None:
+        return None
+    from jobs.health import HealthServer
+
+    try:
+        return HealthServer(settings.http).start()
+    except OSError as error:
+        raise UsageError(f"cannot serve HTTP on {settings.http.host}:{settings.http.port}: {error.strerror}") from None
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     from jobs.autorecluster import start_job
     from recluster.merge import spark_session
@@ -312,12 +333,22 @@ def cmd_watch(args: argparse.Namespace) -> int:
     settings = _stream_settings(args)
     if not settings.tables and settings.stream.source != "kafka":
         raise UsageError("no tables to watch: pass --table URI[:col1,col2] or list tables in --config")
-    spark = spark_session(settings.spark)
-    query, handler = start_job(spark, settings, settings.tables)
-    print(
-        f"watching {len(settings.tables)} table(s); checkpoint {settings.stream.checkpoint_location}", file=sys.stderr
-    )
-    reason = _run_until_signal(query, handler, args.seconds, tick=lambda: None)
+    server = _start_http(settings)
+    try:
+        prepare_event_log_dir(settings)
+        spark = spark_session(settings.spark)
+        query, handler = start_job(spark, settings, settings.tables)
+        if server is not None:
+            server.attach(query, handler)
+        where = f"; http on port {server.port}" if server is not None else ""
+        print(
+            f"watching {len(settings.tables)} table(s); checkpoint {settings.stream.checkpoint_location}{where}",
+            file=sys.stderr,
+        )
+        reason = _run_until_signal(query, handler, args.seconds, tick=lambda: None)
+    finally:
+        if server is not None:
+            server.stop()
     print(f"stopped ({reason}); the checkpoint holds the position for a restart", file=sys.stderr)
     if args.json:
         print_json({uri: str(status) for uri, status in handler.status.items()})
@@ -631,6 +662,12 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="Kafka brokers (kafka.bootstrap_servers)")
     watch.add_argument("--commits-topic", metavar="TOPIC", help="commit events topic (kafka.commits_topic)")
     watch.add_argument("--metrics-topic", metavar="TOPIC", help="publish metrics records here (kafka.metrics_topic)")
+    watch.add_argument(
+        "--http-port",
+        type=int,
+        metavar="PORT",
+        help="serve /healthz, /readyz, /metrics and /status on this port (http.port; 0: any free port)",
+    )
     _common(watch)
     watch.set_defaults(handler=cmd_watch)
 

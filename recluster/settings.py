@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -109,6 +109,65 @@ class StreamSettings(_Section):
     max_bytes_per_batch: int = Field(8 * GIB, gt=0)
 
 
+class KubernetesSettings(_Section):
+    """Spark on Kubernetes (client mode: this process is the driver, executors are pods; DESIGN §9).
+
+    When enabled, `recluster watch` derives the Spark master and the `spark.kubernetes.*`, driver and executor
+    settings from this section (recluster/k8s.py); keys set in `spark.conf` still win over the derived ones.
+    """
+
+    enabled: bool = False
+    api_server: str = "https://kubernetes.default.svc"
+    """The API server as seen from the driver pod; the Spark master becomes `k8s://<api_server>`."""
+    namespace: str = "default"
+    """Where executor pods are created: the driver pod's namespace."""
+    container_image: str | None = None
+    """Executor image: the driver's own image, so both run the same Python, pyspark and recluster."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    service_account: str = "recluster"
+    """Service account allowed to manage executor pods, services, config maps and volume claims."""
+    driver_service: str = "recluster-driver"
+    """Headless service selecting the driver pod; executors reach the driver at its DNS name."""
+    cluster_domain: str = "cluster.local"
+    driver_port: int = Field(7078, ge=1, le=65535)
+    block_manager_port: int = Field(7079, ge=1, le=65535)
+    executor_instances: int = Field(2, ge=0)
+    """Fixed number of executors when dynamic allocation is off."""
+    dynamic_allocation: bool = False
+    """Scale executors with the work (with shuffle tracking: no external shuffle service on Kubernetes)."""
+    min_executors: int = Field(0, ge=0)
+    max_executors: int = Field(4, ge=1)
+    executor_cores: int = Field(1, ge=1)
+    executor_memory: str = "2g"
+    executor_pod_template_file: str | None = None
+    """Executor pod template (security context, volumes, credentials): a path readable by the driver."""
+    event_log_dir: str | None = None
+    """Spark event log (for the history server) on durable storage; None: no event log."""
+
+    @model_validator(mode="after")
+    def _check(self) -> KubernetesSettings:
+        if self.enabled and not self.container_image:
+            raise ValueError("kubernetes.container_image is required when kubernetes.enabled is true")
+        if self.min_executors > self.max_executors:
+            raise ValueError("kubernetes.min_executors must not exceed kubernetes.max_executors")
+        return self
+
+    @property
+    def driver_host(self) -> str:
+        """The driver's DNS name: the headless service in the driver's namespace."""
+        return f"{self.driver_service}.{self.namespace}.svc.{self.cluster_domain}"
+
+
+class HttpSettings(_Section):
+    """The job's HTTP endpoints: /healthz, /readyz, /metrics (Prometheus) and /status (jobs/health.py)."""
+
+    port: int | None = Field(None, ge=0, le=65535)
+    """None: no HTTP server; 0: any free port."""
+    host: str = "0.0.0.0"
+    progress_timeout_seconds: float = Field(900.0, gt=0)
+    """/healthz fails when the query made no progress for this long; must exceed the longest micro-batch."""
+
+
 _CONFIG_FILE: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("config_file")
 
 
@@ -122,6 +181,8 @@ class Settings(BaseSettings):
     commit: CommitSettings = CommitSettings()
     stream: StreamSettings = StreamSettings()
     kafka: KafkaSettings = KafkaSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()
+    http: HttpSettings = HttpSettings()
     tables: list[TableSettings] = Field(default_factory=list)
 
     @classmethod
