@@ -489,6 +489,33 @@ def render_metrics(latest: Mapping[str, Any]) -> Table:
     return grid
 
 
+def cmd_clean(args: argparse.Namespace) -> int:
+    """Delete the outputs of rewrites that never committed (see recluster/maintenance.py for the rules)."""
+    from recluster.maintenance import clean_orphans
+
+    if args.safety_age_hours < 0:
+        raise UsageError("--safety-age-hours must not be negative")
+    settings = _settings(args)
+    result = clean_orphans(
+        args.table,
+        safety_age_seconds=args.safety_age_hours * 3600,
+        storage_options=settings.storage_options,
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    verb = "deleted" if result.deleted else "would delete"
+    for orphan in result.orphans:
+        print(f"{verb} {orphan.path} ({orphan.bytes:,} bytes, {orphan.age_seconds / 3600:.1f} h old)")
+    total = sum(o.bytes for o in result.orphans)
+    print(
+        f"{verb} {len(result.orphans)} orphan file(s), {total:,} bytes; {result.referenced} files referenced by "
+        f"versions {result.oldest_version}..{result.latest_version} kept"
+    )
+    return 0
+
+
 def cmd_metrics_schema(args: argparse.Namespace) -> int:
     from recluster.publish import MetricsRecord
 
@@ -695,6 +722,20 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--seconds", type=float, help="stop after this many seconds (default: until a signal)")
     _common(tail)
     tail.set_defaults(handler=cmd_metrics_tail)
+
+    clean = commands.add_parser(
+        "clean",
+        help="delete outputs of rewrites that never committed (orphans); never a reachable file",
+        description=(
+            "Deletes only files named as recluster writes them, older than --safety-age-hours, and referenced by "
+            "no version still in the Delta log (time travel keeps working)."
+        ),
+    )
+    clean.add_argument("table", metavar="TABLE_URI")
+    clean.add_argument("--safety-age-hours", type=float, default=24.0, help="only files older than this (default 24)")
+    clean.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    _common(clean)
+    clean.set_defaults(handler=cmd_clean)
 
     schema = commands.add_parser("metrics-schema", help="print the JSON Schema of a metrics record")
     schema.set_defaults(handler=cmd_metrics_schema, verbose=False)

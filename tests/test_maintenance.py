@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 from deltalake import DeltaTable
@@ -57,6 +60,14 @@ def test_crash_between_write_and_commit_leaves_only_cleanable_orphans(tmp_path, 
     assert {o.path for o in found.orphans} == uncommitted
     assert clean_orphans(str(table), safety_age_seconds=3600, dry_run=True).deleted is False
     assert all((table / p).exists() for p in uncommitted)
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "recluster.cli", "clean", str(table), "--safety-age-hours", "1", "--dry-run", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert {o["path"] for o in json.loads(listed.stdout)["orphans"]} == uncommitted
 
     result = clean_orphans(str(table), safety_age_seconds=3600)
     assert {o.path for o in result.orphans} == uncommitted
