@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from recluster.blocks import LEVEL_CONSTANT
-from recluster.commit import PRODUCER, CommitOutcome, CommitStatus
+from recluster.commit import PRODUCER, CommitOutcome, CommitStatus, OutcomeTotals
 from recluster.metrics import ClusteringState
 from recluster.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
 from recluster.rounds import execute_plan, selection_bounds
@@ -346,17 +346,10 @@ class ReclusterHandler:
         )
         self._publish(status)
         log.info("%s", status)
-        done = [o for o in outcomes if o.status is CommitStatus.COMMITTED]
-        actions = BatchActions(
-            tasks=len(done),
-            files_removed=sum(len(o.task.files) for o in done),
-            files_added=sum(len(o.written) for o in done),
-            bytes_read=sum(o.task.bytes for o in done),
-            bytes_written=sum(sum(f.bytes for f in o.written) for o in done),
-            conflicts=conflicts,
-            failures=sum(o.status is CommitStatus.FAILED for o in outcomes),
-            duration_seconds=time.monotonic() - started,
-        )
+        batch = OutcomeTotals()
+        for outcome in outcomes:
+            batch.add(outcome)
+        actions = BatchActions(**vars(batch), duration_seconds=time.monotonic() - started)
         return metrics_record(
             tracked.uri,
             tracked.version,

@@ -474,7 +474,8 @@ def render_metrics(latest: Mapping[str, Any]) -> Table:
         grid.add_column(header, no_wrap=True)
     for table, record in sorted(latest.items()):
         levels = " ".join(
-            f"L{lv.level}={lv.total_block_count}/{lv.average_depth:.2f}/{lv.threshold:.1f}" for lv in record.levels
+            f"L{lv.level}={lv.metrics.total_block_count}/{lv.metrics.average_depth:.2f}/{lv.threshold:.1f}"
+            for lv in record.levels
         )
         grid.add_row(
             table,

@@ -103,3 +103,30 @@ def commit_task(
                 delay *= 2
     delete_files(table_uri, [f.path for f in files], storage_options)
     return CommitOutcome(task, CommitStatus.FAILED, None, files, "commit_attempts_exhausted")
+
+
+@dataclass
+class OutcomeTotals:
+    """What a set of commit outcomes did: the counters of `run --json` and of the metrics record."""
+
+    tasks: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    rows_rewritten: int = 0
+    conflicts: int = 0
+    failures: int = 0
+
+    def add(self, outcome: CommitOutcome) -> None:
+        if outcome.status is CommitStatus.COMMITTED:
+            self.tasks += 1
+            self.files_removed += len(outcome.task.files)
+            self.files_added += len(outcome.written)
+            self.bytes_read += outcome.task.bytes
+            self.bytes_written += sum(f.bytes for f in outcome.written)
+            self.rows_rewritten += outcome.task.rows
+        elif outcome.status is CommitStatus.CONFLICT:
+            self.conflicts += 1
+        else:
+            self.failures += 1

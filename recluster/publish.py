@@ -28,29 +28,12 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Metrics(_Record):
-    """The `recluster info --json` metric keys for one set of files (a table or a level)."""
-
-    total_block_count: int
-    constant_block_count: int
-    unclustered_block_count: int
-    total_rows: int
-    total_bytes: int
-    average_overlaps: float
-    average_depth: float
-    p95_depth: int
-    p99_depth: int
-    block_depth_histogram: dict[str, int]
-
-    @classmethod
-    def of(cls, metrics: ClusteringMetrics) -> Metrics:
-        return cls.model_validate(metrics.to_dict())
-
-
-class LevelRecord(Metrics):
+class LevelRecord(_Record):
     level: int
     threshold: float
     """The level's threshold: clamp(blocks * depth_ratio, 1, max_depth_threshold)."""
+    metrics: ClusteringMetrics
+    """The `recluster info --json` metric keys for the level's files."""
 
 
 class BatchActions(_Record):
@@ -61,6 +44,7 @@ class BatchActions(_Record):
     files_added: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    rows_rewritten: int = 0
     conflicts: int = 0
     failures: int = 0
     duration_seconds: float = 0.0
@@ -73,7 +57,7 @@ class MetricsRecord(_Record):
     table: str
     version: int = Field(description="Delta version the clustering figures describe")
     policy: str = "levels"
-    table_metrics: Metrics = Field(description="whole-table figures, as `recluster info --json` prints them")
+    table_metrics: ClusteringMetrics = Field(description="whole-table figures, as `recluster info --json` prints them")
     levels: list[LevelRecord]
     actions: BatchActions
     pending: bool = Field(description="work left for the next batch (budget reached or a conflict)")
@@ -98,9 +82,9 @@ def metrics_record(
         time=dt.datetime.now(dt.UTC),
         table=table,
         version=version,
-        table_metrics=Metrics.of(info.table),
+        table_metrics=info.table,
         levels=[
-            LevelRecord(level=level, threshold=thresholds.get(level, 1.0), **metrics.to_dict())
+            LevelRecord(level=level, threshold=thresholds.get(level, 1.0), metrics=metrics)
             for level, metrics in sorted(info.levels.items())
         ],
         actions=actions,

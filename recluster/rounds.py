@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recluster.blocks import LEVEL_CONSTANT, Block, new_run_id
-from recluster.commit import CommitOutcome, CommitStatus, commit_task
+from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
 from recluster.settings import Settings, table_storage_options
@@ -90,31 +90,6 @@ def final_pool_depth(blocks: Sequence[Block]) -> tuple[int, int]:
     return int(profile.block_depth.sum()), len(pool) - len(clustered)
 
 
-@dataclass
-class _Totals:
-    tasks: int = 0
-    files_removed: int = 0
-    files_added: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    rows_rewritten: int = 0
-    conflicts: int = 0
-    failures: int = 0
-
-    def add(self, outcome: CommitOutcome) -> None:
-        if outcome.status is CommitStatus.COMMITTED:
-            self.tasks += 1
-            self.files_removed += len(outcome.task.files)
-            self.files_added += len(outcome.written)
-            self.bytes_read += outcome.task.bytes
-            self.bytes_written += sum(f.bytes for f in outcome.written)
-            self.rows_rewritten += outcome.task.rows
-        elif outcome.status is CommitStatus.CONFLICT:
-            self.conflicts += 1
-        else:
-            self.failures += 1
-
-
 def run_task(
     spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str, task_id: str
 ) -> CommitOutcome:
@@ -184,7 +159,7 @@ def recluster_table(
     run_id = new_run_id()
     snapshot = snapshot_loader()
     before = clustering_info(snapshot.blocks)
-    totals = _Totals()
+    totals = OutcomeTotals()
     plans: list[ReclusterPlan] = []
     rounds = 0
     spark = None
