@@ -70,7 +70,7 @@ def table_version(table_uri: str, options: Mapping[str, str]) -> int | None:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return int(DeltaTable(table_uri, storage_options=dict(options), without_files=True).version())
+        return int(DeltaTable(table_uri, storage_options=dict(options)).version())
     except (TableNotFoundError, OSError):
         return None
 
