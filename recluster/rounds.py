@@ -19,7 +19,7 @@ from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
 from recluster.settings import Settings, table_storage_options
-from recluster.table import TableSnapshot, load_snapshot, open_table
+from recluster.table import TableSnapshot, WrittenFile, load_snapshot, open_table
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +90,13 @@ def final_pool_depth(blocks: Sequence[Block]) -> tuple[int, int]:
     return int(profile.block_depth.sum()), len(pool) - len(clustered)
 
 
-def run_task(
-    spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str, task_id: str
-) -> CommitOutcome:
-    """Merge one task on Spark and commit it (or clean up after it)."""
+def write_task(
+    spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str
+) -> list[WrittenFile]:
+    """Merge one task on Spark: its outputs are written into the table location, not yet committed."""
     from recluster.merge import execute_task
 
-    written = execute_task(
+    return execute_task(
         spark,
         task,
         table_root=snapshot.uri,
@@ -108,9 +108,15 @@ def run_task(
         target_rows=settings.clustering.target_rows,
         target_file_bytes=settings.clustering.target_file_bytes,
     )
+
+
+def run_task(
+    spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str, task_id: str
+) -> CommitOutcome:
+    """Merge one task on Spark and commit it (or clean up after it)."""
     return commit_task(
         task,
-        written,
+        write_task(spark, task, snapshot, settings=settings, run_id=run_id),
         table_uri=snapshot.uri,
         storage_options=snapshot.storage_options,
         read_version=snapshot.version,

@@ -12,8 +12,7 @@ from deltalake import DeltaTable
 
 from recluster.blocks import data_file_name, parse_data_file_name
 from recluster.maintenance import clean_orphans, find_orphans
-from recluster.merge import execute_task
-from recluster.rounds import snapshot_loader
+from recluster.rounds import snapshot_loader, write_task
 from recluster.selection import select_merge_tasks
 from tests.helpers import row_multiset
 from tests.test_rounds import SETTINGS, _bounds, random_batches, run
@@ -35,18 +34,7 @@ def test_crash_between_write_and_commit_leaves_only_cleanable_orphans(tmp_path, 
     # A merge writes its outputs, then the process dies before the commit.
     snapshot = snapshot_loader(str(table), SETTINGS, None)()
     (task,) = select_merge_tasks(str(table), snapshot.version, snapshot.blocks, _bounds(snapshot)).tasks[:1]
-    written = execute_task(
-        spark,
-        task,
-        table_root=snapshot.uri,
-        data_schema=snapshot.data_schema,
-        properties=snapshot.properties,
-        key=snapshot.key.names,
-        fingerprint=snapshot.key.fingerprint,
-        run_id="0000000000cc",
-        target_rows=SETTINGS.clustering.target_rows,
-        target_file_bytes=SETTINGS.clustering.target_file_bytes,
-    )
+    written = write_task(spark, task, snapshot, settings=SETTINGS, run_id="0000000000cc")
     uncommitted = {f.path for f in written}
     stray = table / "notes.parquet"  # not ours: never touched
     stray.write_bytes(b"x")

@@ -12,8 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from recluster.blocks import parse_data_file_name
 from recluster.commit import CommitStatus, commit_task
-from recluster.merge import execute_task
-from recluster.rounds import recluster_table, snapshot_loader
+from recluster.rounds import recluster_table, snapshot_loader, write_task
 from recluster.selection import select_merge_tasks
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
 from recluster.table import set_table_properties
@@ -127,18 +126,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
         _bounds(snapshot),
     )
     (task,) = plan.tasks
-    written = execute_task(
-        spark,
-        task,
-        table_root=snapshot.uri,
-        data_schema=snapshot.data_schema,
-        properties=snapshot.properties,
-        key=snapshot.key.names,
-        fingerprint=snapshot.key.fingerprint,
-        run_id="000000000001",
-        target_rows=SETTINGS.clustering.target_rows,
-        target_file_bytes=SETTINGS.clustering.target_file_bytes,
-    )
+    written = write_task(spark, task, snapshot, settings=SETTINGS, run_id="000000000001")
     assert written and all(os.path.exists(os.path.join(table, f.path)) for f in written)
     # A writer deletes rows of an input file after the merge read it and before it commits.
     DeltaTable(str(table)).delete("batch = 1")
