@@ -298,45 +298,37 @@ class ReclusterHandler:
 
     def _decide(self, tracked: TrackedTable, foreign: bool) -> MetricsRecord:
         snapshot = tracked.snapshot()
+        bounds = selection_bounds(self.settings, snapshot, None)
         started = time.monotonic()
         outcomes: list[CommitOutcome] = []
-        conflicts = 0
+        batch = OutcomeTotals()
         pending = False
         if (foreign or tracked.pending) and not self.stopping.is_set():
-            plan = select_merge_tasks(
-                tracked.uri, tracked.version, snapshot.blocks, selection_bounds(self.settings, snapshot, None)
-            )
-            plan, pending = self._budgeted(plan)
+            plan, pending = self._budgeted(select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds))
             for outcome in execute_plan(self.spark, plan, snapshot, settings=self.settings, run_id=_run_id()):
-                committed = outcome.status is CommitStatus.COMMITTED
-                conflicts += outcome.status is CommitStatus.CONFLICT
-                _add(
-                    tracked.totals,
-                    tasks=committed,
-                    written=sum(f.bytes for f in outcome.written) if committed else 0,
-                    conflicts=outcome.status is CommitStatus.CONFLICT,
-                    failures=outcome.status is CommitStatus.FAILED,
-                )
                 log.info("recluster table=%s %s %s", tracked.uri, outcome, outcome.task)
+                batch.add(outcome)
                 outcomes.append(outcome)
-            pending = pending or conflicts > 0
+            pending = pending or batch.conflicts > 0
         tracked.pending = pending
-        bounds = selection_bounds(self.settings, snapshot, None)
+        _add(
+            tracked.totals,
+            tasks=batch.tasks,
+            written=batch.bytes_written,
+            conflicts=batch.conflicts,
+            failures=batch.failures,
+        )
+        info = tracked.state.info()
         levels = tuple(
-            LevelStatus(
-                level,
-                tracked.state.level_metrics(level).total_block_count,
-                tracked.state.level_metrics(level).average_depth,
-                level_threshold(tracked.state.level_metrics(level).total_block_count, bounds),
-            )
-            for level in tracked.state.levels
+            LevelStatus(level, m.total_block_count, m.average_depth, level_threshold(m.total_block_count, bounds))
+            for level, m in info.levels.items()
             if level != LEVEL_CONSTANT
         )
         status = TableStatus(
             tracked.uri,
             tracked.version,
             levels,
-            tracked.state.info().table.average_depth,
+            info.table.average_depth,
             tasks=tracked.totals.get("tasks", 0),
             conflicts=tracked.totals.get("conflicts", 0),
             failures=tracked.totals.get("failures", 0),
@@ -346,16 +338,12 @@ class ReclusterHandler:
         )
         self._publish(status)
         log.info("%s", status)
-        batch = OutcomeTotals()
-        for outcome in outcomes:
-            batch.add(outcome)
-        actions = BatchActions(**vars(batch), duration_seconds=time.monotonic() - started)
         return metrics_record(
             tracked.uri,
             tracked.version,
-            tracked.state.info(),
+            info,
             {s.level: s.threshold for s in levels},
-            actions,
+            BatchActions(**vars(batch), duration_seconds=time.monotonic() - started),
             pending=pending,
             reasons=[str(o.task.reason) for o in outcomes],
             errors=[f"{o.status}: {o.reason}" for o in outcomes if o.status is not CommitStatus.COMMITTED],
