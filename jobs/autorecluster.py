@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from recluster.api import open_checked_table
 from recluster.blocks import LEVEL_CONSTANT
 from recluster.commit import PRODUCER, CommitOutcome, CommitStatus, OutcomeTotals
 from recluster.metrics import ClusteringState
@@ -33,11 +34,8 @@ from recluster.table import (
     TableError,
     TableSnapshot,
     blocks_from_log_adds,
-    check_supported,
     load_snapshot,
     normalize_uri,
-    open_table,
-    resolve_cluster_key,
 )
 from triggers.delta_log import LOG_GAP, SCHEMA, SOURCE_NAME, CommitRange, DeltaLogSource, commit_rows
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
@@ -160,13 +158,10 @@ class ReclusterHandler:
 
     def _track(self, uri: str, version: int | None) -> TrackedTable:
         """State at `version` (None: latest) from the snapshot; the key comes from config or the table."""
-        table = open_table(uri, self.options(uri))
-        check_supported(table)
-        configured = self.configured.get(uri)
-        key = resolve_cluster_key(table, configured.cluster_by if configured else None, uri)
+        table, key, options = open_checked_table(uri, settings=self.settings)
         if version is not None and version >= 0:
             table.load_as_version(version)
-        snapshot = load_snapshot(table, key, uri=uri, storage_options=self.options(uri))
+        snapshot = load_snapshot(table, key, uri=uri, storage_options=options)
         blocks = snapshot.blocks if version is None or version >= 0 else ()
         return TrackedTable(
             uri,
@@ -176,7 +171,7 @@ class ReclusterHandler:
             ClusteringState(blocks),
             snapshot.version if version is None or version >= 0 else -1,
             snapshot.data_schema,
-            self.options(uri),
+            dict(options),
         )
 
     def __call__(self, frame: Any, batch_id: int) -> None:

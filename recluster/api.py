@@ -6,9 +6,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deltalake import DeltaTable
+
 from recluster.metrics import ClusteringInfo, clustering_info
 from recluster.settings import Settings, TableSettings, table_storage_options
-from recluster.table import TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
+from recluster.table import (
+    ClusterKey,
+    TableSnapshot,
+    check_supported,
+    load_snapshot,
+    normalize_uri,
+    open_table,
+    resolve_cluster_key,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +33,21 @@ class TableInfo:
 
 
 def table_settings(settings: Settings, uri: str) -> TableSettings | None:
-    return next((t for t in settings.tables if t.uri == uri), None)
+    location = normalize_uri(uri)
+    return next((t for t in settings.tables if normalize_uri(t.uri) == location), None)
+
+
+def open_checked_table(
+    uri: str, *, settings: Settings, cluster_by: Sequence[str] | None = None
+) -> tuple[DeltaTable, ClusterKey, Mapping[str, str]]:
+    """Open a table, refuse features we cannot rewrite, and resolve its key: `cluster_by`, else the job's
+    table config, else the table property. Returns the table, the key and the storage options used."""
+    configured = table_settings(settings, uri)
+    options = table_storage_options(settings, configured)
+    table = open_table(uri, options)
+    check_supported(table)
+    key = resolve_cluster_key(table, cluster_by or (configured.cluster_by if configured else None), uri)
+    return table, key, options
 
 
 def read_snapshot(
@@ -33,11 +57,7 @@ def read_snapshot(
     cluster_by: Sequence[str] | None = None,
     partition: Mapping[str, str] | None = None,
 ) -> TableSnapshot:
-    configured = table_settings(settings, uri)
-    options = table_storage_options(settings, configured)
-    table = open_table(uri, options)
-    check_supported(table)
-    key = resolve_cluster_key(table, cluster_by or (configured.cluster_by if configured else None), uri)
+    table, key, options = open_checked_table(uri, settings=settings, cluster_by=cluster_by)
     return load_snapshot(table, key, uri=uri, storage_options=options, partition=partition)
 
 

@@ -145,8 +145,7 @@ def _recluster(
     loader = snapshot_loader(uri, settings, cluster_by)
     block_filter = None
     if where:
-        first = loader()
-        block_filter = parse_predicate(where, first.key, first.partition_columns, where_offset).may_match
+        block_filter = parse_predicate(where, loader.key, loader.partition_columns, where_offset).may_match
     console = Console(stderr=True)
     with console.status("reclustering", spinner="dots") as status:
 

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from recluster.api import open_checked_table
 from recluster.blocks import LEVEL_CONSTANT, Block, new_run_id
 from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
-from recluster.settings import Settings, table_storage_options
-from recluster.table import TableSnapshot, WrittenFile, load_snapshot, open_table
+from recluster.settings import Settings
+from recluster.table import ClusterKey, TableSnapshot, WrittenFile, load_snapshot, open_table
 
 log = logging.getLogger(__name__)
 
@@ -225,10 +226,20 @@ def recluster_table(
     )
 
 
-def snapshot_loader(uri: str, settings: Settings, key_names: Sequence[str] | None) -> Callable[[], TableSnapshot]:
-    """Re-reads the table's latest snapshot with the key resolved (and the table checked) once, up front."""
-    from recluster.api import read_snapshot, table_settings
+@dataclass(frozen=True, slots=True)
+class SnapshotLoader:
+    """Re-reads a table's latest snapshot; the key is resolved and the table checked once, up front."""
 
-    key = read_snapshot(uri, settings=settings, cluster_by=key_names).key
-    options = table_storage_options(settings, table_settings(settings, uri))
-    return lambda: load_snapshot(open_table(uri, options), key, uri=uri, storage_options=options)
+    uri: str
+    key: ClusterKey
+    partition_columns: tuple[str, ...]
+    storage_options: Mapping[str, str] = field(repr=False)
+
+    def __call__(self) -> TableSnapshot:
+        table = open_table(self.uri, self.storage_options)
+        return load_snapshot(table, self.key, uri=self.uri, storage_options=self.storage_options)
+
+
+def snapshot_loader(uri: str, settings: Settings, key_names: Sequence[str] | None) -> SnapshotLoader:
+    table, key, options = open_checked_table(uri, settings=settings, cluster_by=key_names)
+    return SnapshotLoader(uri, key, tuple(table.metadata().partition_columns), dict(options))
