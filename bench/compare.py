@@ -55,7 +55,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -726,42 +726,36 @@ def _better(winner: dict[str, Any], loser: dict[str, Any]) -> list[str]:
     ]
 
 
-def competitor_wins(workloads: dict[str, Any]) -> list[str]:
-    """Where another strategy beats recluster incremental, figure by figure (`none` left out: it wins on cost
-    trivially)."""
-    lines = []
+def _pairs(workloads: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    """(workload, other strategy, ours, theirs) for every maintained strategy beside recluster incremental."""
     for name, workload in workloads.items():
         strategies = workload["strategies"]
         ours = strategies.get(RECLUSTER)
         if not ours:
             continue
         for other, theirs in strategies.items():
-            if other in (RECLUSTER, "none"):
-                continue
-            better = _better(theirs, ours)
-            if better:
-                lines.append(
-                    f"{name}: {other} beats {RECLUSTER} on " + "; ".join(better) + f" (its WA after half the "
-                    f"appends {theirs['write_amplification_at_half']:.2f} -> end {theirs['write_amplification']:.2f})"
-                )
-    return lines
+            if other not in (RECLUSTER, "none"):
+                yield name, other, ours, theirs
+
+
+def competitor_wins(workloads: dict[str, Any]) -> list[str]:
+    """Where another strategy beats recluster incremental, figure by figure (`none` left out: it wins on cost
+    trivially)."""
+    return [
+        f"{name}: {other} beats {RECLUSTER} on " + "; ".join(better) + f" (its WA after half the "
+        f"appends {theirs['write_amplification_at_half']:.2f} -> end {theirs['write_amplification']:.2f})"
+        for name, other, ours, theirs in _pairs(workloads)
+        if (better := _better(theirs, ours))
+    ]
 
 
 def recluster_wins(workloads: dict[str, Any]) -> list[str]:
     """Where recluster incremental beats each other maintained strategy."""
-    lines = []
-    for name, workload in workloads.items():
-        strategies = workload["strategies"]
-        ours = strategies.get(RECLUSTER)
-        if not ours:
-            continue
-        for other, theirs in strategies.items():
-            if other in (RECLUSTER, "none"):
-                continue
-            better = _better(ours, theirs)
-            if better:
-                lines.append(f"{name}: {RECLUSTER} beats {other} on " + "; ".join(better))
-    return lines
+    return [
+        f"{name}: {RECLUSTER} beats {other} on " + "; ".join(better)
+        for name, other, ours, theirs in _pairs(workloads)
+        if (better := _better(ours, theirs))
+    ]
 
 
 HEADERS = (
