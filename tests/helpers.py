@@ -14,3 +14,18 @@ def row_multiset(table: pa.Table) -> tuple[int, str]:
         hashlib.sha256(repr(tuple(row[c] for c in columns)).encode()).hexdigest() for row in table.to_pylist()
     )
     return table.num_rows, hashlib.sha256("".join(digests).encode()).hexdigest()
+
+
+METRIC_KEYS = [
+    "total_block_count",
+    "constant_block_count",
+    "unclustered_block_count",
+    "total_rows",
+    "total_bytes",
+    "average_overlaps",
+    "average_depth",
+    "p95_depth",
+    "p99_depth",
+    "block_depth_histogram",
+]
+"""The metric keys of `recluster info --json`, in order (the DESIGN §4 contract)."""

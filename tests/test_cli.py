@@ -23,19 +23,7 @@ from deltalake import DeltaTable, write_deltalake
 from recluster.demo import DEMO_KEY, append_demo_batch
 from recluster.settings import CLUSTER_BY_PROPERTY
 from recluster.table import set_table_properties
-
-METRIC_KEYS = {
-    "total_block_count",
-    "constant_block_count",
-    "unclustered_block_count",
-    "total_rows",
-    "total_bytes",
-    "average_overlaps",
-    "average_depth",
-    "p95_depth",
-    "p99_depth",
-    "block_depth_histogram",
-}
+from tests.helpers import METRIC_KEYS
 
 Run = subprocess.CompletedProcess[str]
 
@@ -142,9 +130,9 @@ def output_json(result: Run) -> dict[str, Any]:
 
 def test_info_json(runs: dict[str, Run], tables: dict[str, Path]) -> None:
     data = output_json(runs["json"])
-    assert set(data) == METRIC_KEYS | {"levels"}
+    assert set(data) == {*METRIC_KEYS, "levels"}
     assert set(data["levels"]) == {"0"}
-    assert set(data["levels"]["0"]) == METRIC_KEYS
+    assert set(data["levels"]["0"]) == set(METRIC_KEYS)
     assert data["levels"]["0"] == {k: v for k, v in data.items() if k != "levels"}
     assert (data["total_block_count"], data["total_rows"], data["unclustered_block_count"]) == (3, 7, 0)
     # partitions never overlap: x's two files have depth 2, y's one file depth 1 (no rounding in JSON)

@@ -32,6 +32,7 @@ from recluster.metrics import (
     nearest_rank,
     rank_keys,
 )
+from tests.helpers import METRIC_KEYS
 
 FAST = settings(max_examples=200, deadline=None)
 LIGHT = settings(max_examples=100, deadline=None)
@@ -39,18 +40,6 @@ LIGHT = settings(max_examples=100, deadline=None)
 INT_KEY = [KeyColumn("k", KeyType.INTEGER)]
 INT_STRING_KEY = [KeyColumn("a", KeyType.INTEGER), KeyColumn("s", KeyType.STRING)]
 
-METRIC_KEYS = [
-    "total_block_count",
-    "constant_block_count",
-    "unclustered_block_count",
-    "total_rows",
-    "total_bytes",
-    "average_overlaps",
-    "average_depth",
-    "p95_depth",
-    "p99_depth",
-    "block_depth_histogram",
-]
 FLOAT_KEYS = {"average_overlaps", "average_depth"}
 
 
