@@ -43,8 +43,8 @@ from recluster.settings import (
     load_settings,
 )
 from recluster.table import TableError, set_table_properties
-from triggers.delta_log import newest_version
 from tests.helpers import row_multiset
+from triggers.delta_log import newest_version
 
 REGION = "us-east-1"
 SECRET_MARKER = "never-print-me"
@@ -246,9 +246,7 @@ def test_pyarrow_reader_equals_spark_reader_on_local_files(tmp_path, spark):
         write_deltalake(path, pa.table(columns), mode="append", schema_mode="merge")
     set_table_properties(DeltaTable(path), {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(path).to_pyarrow_table())
-    settings = Settings(
-        spark=SparkSettings(data_reader="pyarrow"), clustering=ClusteringSettings(target_rows=600)
-    )
+    settings = Settings(spark=SparkSettings(data_reader="pyarrow"), clustering=ClusteringSettings(target_rows=600))
     result = run(path, spark, settings, final=True)
     assert result.tasks >= 1 and result.after.table.average_depth == 1.0
     assert row_multiset(DeltaTable(path).to_pyarrow_table()) == expected
