@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import numpy.typing as npt
@@ -238,7 +238,7 @@ def spark_path(table_root: str, path: str) -> str:
     if _scheme(table_root) in ("", "file"):
         return file_location(table_root, path)
     root = "s3a://" + table_root.split("://", 1)[1] if _scheme(table_root) == "s3" else table_root
-    return f"{root}/{path}"
+    return f"{root}/{unquote(path)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,13 +287,13 @@ def read_task_files(
 ) -> Any:
     """A DataFrame of the task's rows (data columns only), read by Spark or by pyarrow.fs in Spark tasks."""
     spark_schema = _spark_schema(data_schema)
-    native = reader == "spark" or (reader == "auto" and spark_reads_natively(spark, table_root))
+    native = reader != "pyarrow" and spark_reads_natively(spark, table_root)
+    if reader == "spark" and not native:
+        raise TableError(
+            f"spark.data_reader=spark, but Spark has no Hadoop filesystem for {_scheme(table_root)}:// "
+            f"(its jars are not on the classpath); use spark.data_reader auto or pyarrow"
+        )
     if native:
-        if not spark_reads_natively(spark, table_root):
-            raise TableError(
-                f"spark.data_reader=spark, but Spark has no Hadoop filesystem for {_scheme(table_root)}:// "
-                f"(its jars are not on the classpath); use data_reader auto or pyarrow"
-            )
         paths = [spark_path(table_root, block.path) for block in task.files]
         return spark.read.schema(spark_schema).parquet(*paths).select(*data_schema.names)
     from pyspark.sql.pandas.types import to_arrow_schema

@@ -97,13 +97,14 @@ def describe_storage_error(error: BaseException) -> str:
     return (text.strip().splitlines() or [type(error).__name__])[0]
 
 
-def _option(options: Mapping[str, str], *names: str) -> str | None:
-    """A delta-rs storage option by any of its names (case-insensitive), else its environment variable."""
+def _option(options: Mapping[str, str], *names: str, environment: bool = False) -> str:
+    """A delta-rs storage option by any of its names (case-insensitive); with `environment`, else the
+    environment variable delta-rs documents for it. Empty when unset."""
     lowered = {k.lower(): v for k, v in options.items()}
-    for name in names:
-        if name.lower() in lowered:
-            return lowered[name.lower()]
-    return next((os.environ[n.upper()] for n in names if n.upper() in os.environ), None)
+    found = next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
+    if found is None and environment:
+        found = next((os.environ[n.upper()] for n in names if n.upper() in os.environ), None)
+    return (found or "").strip().lower()
 
 
 def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | None) -> str | None:
@@ -117,8 +118,10 @@ def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | N
     if urlparse(table_uri).scheme.lower() not in ("s3", "s3a"):
         return None
     options = storage_options or {}
-    conditional = (_option(options, "conditional_put", "aws_conditional_put") or "").strip().lower()
-    locking = (_option(options, "aws_s3_locking_provider") or "").strip().lower()
+    # Only what is certain to reach delta-rs counts: conditional_put as a storage option, the lock provider
+    # also from its documented environment variable.
+    conditional = _option(options, "conditional_put", "aws_conditional_put")
+    locking = _option(options, "aws_s3_locking_provider", environment=True)
     if conditional not in ("", "disabled") or locking == "dynamodb":
         return None
     return (

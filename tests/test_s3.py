@@ -201,7 +201,7 @@ def s3_environment(s3: S3Server, secret: str | None = None) -> dict[str, str]:
         "AWS_ACCESS_KEY_ID": s3.key_id,
         "AWS_SECRET_ACCESS_KEY": secret or s3.secret,
         "AWS_REGION": REGION,
-        "AWS_CONDITIONAL_PUT": "etag",
+        "RECLUSTER_STORAGE_OPTIONS__CONDITIONAL_PUT": "etag",
     }
 
 
@@ -214,6 +214,10 @@ def test_info_and_final_recluster_on_s3(s3, spark):
     version_before = DeltaTable(uri, storage_options=s3.options()).version()
     assert table_info(uri, settings=settings).info.table.average_depth == 12.0
     assert not spark_reads_natively(spark, uri)  # no Hadoop S3 jars here: merges read through pyarrow.fs
+    forced = Settings(storage_options=s3.options(), spark=SparkSettings(data_reader="spark"))
+    with pytest.raises(TableError, match=r"no Hadoop filesystem for s3://"):
+        run(uri, spark, forced, final=True)
+    assert DeltaTable(uri, storage_options=s3.options()).version() == version_before
 
     result = run(uri, spark, settings, final=True)
 
@@ -395,7 +399,7 @@ def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark)
     assert row_multiset(read_back(s3, uri)) == expected
     assert DeltaTable(uri, storage_options=unsafe).version() > version
 
-    environment = {k: v for k, v in s3_environment(s3).items() if k != "AWS_CONDITIONAL_PUT"}
+    environment = {k: v for k, v in s3_environment(s3).items() if not k.startswith("RECLUSTER_")}
     refused = cli("sql", f"ALTER TABLE delta.`{uri}` CLUSTER BY (s)", env=environment)
     assert refused.returncode == 1
     assert refused.stderr.startswith("recluster: error: refusing to commit") and refused.stderr.count("\n") == 1
@@ -429,3 +433,29 @@ def test_storage_secrets_are_never_printed():
         load_settings(overrides=[f"storage_options={{AWS_SECRET_ACCESS_KEY: [{SECRET_MARKER}]}}"])
     assert "storage_options.AWS_SECRET_ACCESS_KEY" in str(raised.value)
     assert SECRET_MARKER not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "uri,options,environment,safe",
+    [
+        ("s3://b/t", {"conditional_put": "etag"}, {}, True),
+        ("s3a://b/t", {"AWS_CONDITIONAL_PUT": "etag"}, {}, True),
+        ("s3://b/t", {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}, {}, True),
+        ("s3://b/t", {}, {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}, True),
+        ("s3://b/t", {}, {"AWS_CONDITIONAL_PUT": "etag"}, False),  # not certain to reach delta-rs: refused
+        ("s3://b/t", {"conditional_put": "disabled"}, {}, False),
+        ("s3://b/t", {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}, {}, False),
+        ("s3://b/t", {}, {}, False),
+        ("gs://b/t", {}, {}, True),
+        ("abfss://c@a.dfs.core.windows.net/t", {}, {}, True),
+        ("/data/t", {}, {}, True),
+    ],
+)
+def test_commit_safety_by_store_and_options(monkeypatch, uri, options, environment, safe):
+    from recluster.table import commit_safety_problem
+
+    for name in ("AWS_CONDITIONAL_PUT", "AWS_S3_LOCKING_PROVIDER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert (commit_safety_problem(uri, options) is None) is safe
