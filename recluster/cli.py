@@ -238,6 +238,21 @@ def parse_table_spec(spec: str) -> TableSettings:
     return TableSettings(uri=spec)
 
 
+def _merge_tables(configured: Sequence[TableSettings], given: Sequence[TableSettings]) -> list[TableSettings]:
+    """The config file's tables plus `--table` ones; a `--table` naming a configured table keeps that table's
+    storage options and sets only its key (when given)."""
+    from recluster.table import normalize_uri
+
+    merged = {normalize_uri(t.uri): t for t in configured}
+    for table in given:
+        known = merged.get(normalize_uri(table.uri))
+        if known is not None and table.cluster_by is None:
+            continue
+        update = {"cluster_by": table.cluster_by}
+        merged[normalize_uri(table.uri)] = known.model_copy(update=update) if known is not None else table
+    return list(merged.values())
+
+
 def _stream_settings(args: argparse.Namespace) -> Settings:
     settings = _settings(args)
     stream = {
@@ -261,7 +276,7 @@ def _stream_settings(args: argparse.Namespace) -> Settings:
         if value is not None
     }
     http = {"port": args.http_port} if args.http_port is not None else {}
-    tables = [*settings.tables, *(parse_table_spec(t) for t in args.table or [])]
+    tables = _merge_tables(settings.tables, [parse_table_spec(t) for t in args.table or []])
     return with_kubernetes(
         settings.model_copy(
             update={

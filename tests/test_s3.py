@@ -459,3 +459,13 @@ def test_commit_safety_by_store_and_options(monkeypatch, uri, options, environme
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     assert (commit_safety_problem(uri, options) is None) is safe
+
+
+def test_watch_table_flag_keeps_the_configured_storage_options():
+    from recluster.cli import _merge_tables
+
+    configured = [TableSettings(uri="s3://lake/events", storage_options={"AWS_REGION": REGION})]
+    merged = _merge_tables(configured, [TableSettings(uri="s3://lake/events/", cluster_by=["k"])])
+    assert [(t.uri, t.cluster_by, t.storage_options) for t in merged] == [
+        ("s3://lake/events", ["k"], {"AWS_REGION": REGION})
+    ]
