@@ -204,11 +204,12 @@ class TableHealth:
         }
 
 
-def _by_partition(blocks: Iterable[Block]) -> dict[Partition, list[Block]]:
+def _by_partition(blocks: Iterable[Block]) -> list[tuple[Partition, list[Block]]]:
+    """Blocks grouped by partition, partitions in a stable order (NULL partition values first)."""
     groups: dict[Partition, list[Block]] = {}
     for block in blocks:
         groups.setdefault(block.partition, []).append(block)
-    return groups
+    return sorted(groups.items(), key=lambda item: [(name, value is not None, value or "") for name, value in item[0]])
 
 
 def _is_fragment(block: Block, config: OptimizingConfig) -> bool:
@@ -230,7 +231,7 @@ def table_health(blocks: Iterable[Block], config: OptimizingConfig) -> TableHeal
                 sum(_is_undersized(b, config) for b in group),
                 sum(b.has_deletion_vector for b in group),
             )
-            for partition, group in sorted(_by_partition(blocks).items())
+            for partition, group in _by_partition(blocks)
         )
     )
 
@@ -382,7 +383,7 @@ def plan_optimizing(
     reason = {ProcessType.MINOR: Reason.MINOR, ProcessType.MAJOR: Reason.MAJOR, ProcessType.FULL: Reason.FULL}[kind]
     tasks: list[MergeTask] = []
     skipped: list[Skipped] = []
-    for partition, group in sorted(_by_partition(blocks).items()):
+    for partition, group in _by_partition(blocks):
         with_dv = [b for b in group if b.has_deletion_vector]
         if with_dv:
             skipped.append(Skipped(Reason.DELETION_VECTOR, len(with_dv), f"partition={list(partition)}"))
