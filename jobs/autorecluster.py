@@ -48,6 +48,7 @@ from recluster.table import (
     TableError,
     TableSnapshot,
     blocks_from_log_adds,
+    compact_small_files,
     load_snapshot,
     normalize_uri,
 )
@@ -168,6 +169,7 @@ class ReclusterHandler:
         self.lock = threading.Lock()
         """Serializes micro-batches and `tick` (they run on different threads)."""
         self.last_tick = 0.0
+        self.history_maintained = 0.0
         self.last_batch_time: float | None = None
         """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
 
@@ -293,6 +295,16 @@ class ReclusterHandler:
         pending = pending_optimizing(health, config, history_of(self.history, tracked.uri, self.settings, now), now=now)
         return pending.type, pending.reason
 
+    def _maintain_history(self) -> None:
+        """The history table gets one small file per process: compact it and expire old versions too."""
+        location, options = self.history.location, self.history.storage_options
+        try:
+            removed = compact_small_files(location, options)
+            if removed:
+                maintain_table(location, self.settings.self_optimizing.maintenance, storage_options=options)
+        except (TableError, OSError) as error:
+            log.error("recluster maintain history=%s error=%s", location, error)
+
     def _maintain_due(self) -> None:
         """Maintenance of every tracked table whose last one is older than the maintenance interval."""
         maintenance = self.settings.self_optimizing.maintenance
@@ -321,6 +333,9 @@ class ReclusterHandler:
             except (TableError, OSError) as error:
                 log.error("recluster maintain table=%s error=%s", uri, error)
                 self.history.append(record.finished(time.time(), ProcessStatus.FAILED, error=str(error)))
+        if now - self.history_maintained >= maintenance.interval_seconds:
+            self.history_maintained = now
+            self._maintain_history()
 
     def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Kafka events only name (table, version): read the real commits from the Delta log, from the

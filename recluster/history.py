@@ -7,6 +7,7 @@ so they survive restarts; anyone can query it with Spark or delta-rs.
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ HISTORY_SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
+
+
+STALE_PROCESS_SECONDS = 6 * 3600.0
+"""A start row without an end row older than this belongs to a process that crashed."""
 
 
 def new_process_id() -> str:
@@ -77,12 +82,34 @@ def records_from_arrow(rows: pa.Table) -> list[ProcessRecord]:
     ]
 
 
+def prune(records: Sequence[ProcessRecord], *, keep_after: float, stale_seconds: float) -> list[ProcessRecord]:
+    """The rows summaries still need: the rows of processes that ended after `keep_after`, of processes
+    still running (started less than `stale_seconds` before it), and the latest successful end row per
+    (table, type) for the "last optimized" times."""
+    ends = {r.process_id: r.end for r in records if r.end is not None}
+    latest: dict[tuple[str, ProcessType], ProcessRecord] = {}
+    for record in records:
+        if record.status is ProcessStatus.SUCCESS and record.end is not None:
+            seen = latest.get((record.table, record.type))
+            if seen is None or (seen.end or 0.0) < record.end:
+                latest[(record.table, record.type)] = record
+    kept = {id(r) for r in latest.values()}
+
+    def needed(record: ProcessRecord) -> bool:
+        end = ends.get(record.process_id)
+        return end >= keep_after if end is not None else record.start >= keep_after - stale_seconds
+
+    return [r for r in records if id(r) in kept or needed(r)]
+
+
 @dataclass
 class HistoryStore:
-    """Appends process rows to the history table and keeps the rows read so far (one reader per process)."""
+    """Appends process rows to the history table and keeps, in memory, the rows summaries need (read once;
+    a long-running job prunes what fell out of the window, so memory stays bounded)."""
 
     location: str
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    window_seconds: float = 3600.0
     _records: list[ProcessRecord] | None = field(default=None, repr=False)
 
     def records(self) -> list[ProcessRecord]:
@@ -93,4 +120,5 @@ class HistoryStore:
 
     def append(self, *records: ProcessRecord) -> None:
         append_rows(self.location, records_to_arrow(records), self.storage_options)
-        self.records().extend(records)
+        kept = self.records() + list(records)
+        self._records = prune(kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS)

@@ -16,7 +16,7 @@ from typing import Any
 
 from recluster.blocks import Block, new_run_id
 from recluster.commit import CommitOutcome, OutcomeTotals
-from recluster.history import HistoryStore, new_process_id
+from recluster.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.metrics import clustering_info
 from recluster.optimizing import (
     OptimizingConfig,
@@ -42,9 +42,6 @@ log = logging.getLogger(__name__)
 
 OPTIMIZING_TARGET_ROWS = 1 << 40
 """Optimizing outputs are sized by bytes alone."""
-
-STALE_PROCESS_SECONDS = 6 * 3600.0
-"""A start row without an end row older than this belongs to a process that crashed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +74,11 @@ class OptimizeResult:
 
 
 def history_store(settings: Settings) -> HistoryStore:
-    return HistoryStore(history_location(settings), dict(settings.storage_options))
+    return HistoryStore(
+        history_location(settings),
+        dict(settings.storage_options),
+        window_seconds=settings.self_optimizing.quota_window_seconds,
+    )
 
 
 def history_of(store: HistoryStore | None, table: str, settings: Settings, now: float) -> TableHistory:
@@ -152,7 +153,7 @@ def run_process(
         files_in=sum(len(t.files) for t in plan.tasks),
         bytes_in=sum(t.bytes for t in plan.tasks),
     )
-    if history is not None:
+    if history is not None and kind is not ProcessType.RECLUSTER:  # reclusters are short: their end row only
         history.append(record)
     totals = OutcomeTotals()
     status, error = ProcessStatus.SUCCESS, None

@@ -595,3 +595,15 @@ def read_rows(location: str, storage_options: Mapping[str, str] | None) -> pa.Ta
     except TableNotFoundError:
         return None
     return pa.table(table.to_pyarrow_table())
+
+
+def compact_small_files(location: str, storage_options: Mapping[str, str] | None) -> int:
+    """Bin-pack a table's small files (delta-rs optimize; for our own history table, which has no key).
+    Returns the number of files removed."""
+    try:
+        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
+        return int(table.optimize.compact().get("numFilesRemoved", 0))
+    except TableNotFoundError:
+        return 0
+    except DeltaError as error:
+        raise TableError(f"cannot compact {location}: {_first_line(error)}") from None

@@ -303,3 +303,22 @@ def test_config_is_immutable():
     with pytest.raises(AttributeError):
         CONFIG.quota = 2  # type: ignore[misc]
     assert isinstance(CONFIG, OptimizingConfig)
+
+
+def test_history_pruning_keeps_what_summaries_need():
+    from recluster.history import prune
+
+    now = 100_000.0
+    old = ProcessRecord("old", "t", ProcessType.MINOR, "g", 10.0)
+    old_done = old.finished(20.0, ProcessStatus.SUCCESS)
+    older = ProcessRecord("older", "t", ProcessType.MINOR, "g", 1.0, 5.0, ProcessStatus.SUCCESS)
+    recent = ProcessRecord("recent", "t", ProcessType.RECLUSTER, "g", now - 10, now - 5, ProcessStatus.SUCCESS)
+    failed = ProcessRecord("failed", "t", ProcessType.MAJOR, "g", 30.0, 40.0, ProcessStatus.FAILED)
+    running = ProcessRecord("running", "t", ProcessType.FULL, "g", now - 100)
+    crashed = ProcessRecord("crashed", "t", ProcessType.FULL, "g", 50.0)
+    rows = [old, old_done, older, recent, failed, running, crashed]
+    kept = prune(rows, keep_after=now - 3600, stale_seconds=3600)
+    assert kept == [old_done, recent, running]
+    for table in ("t",):
+        full = table_history(rows, table, now=now, window_seconds=3600, stale_seconds=3600)
+        assert table_history(kept, table, now=now, window_seconds=3600, stale_seconds=3600) == full

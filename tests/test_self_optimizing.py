@@ -97,6 +97,10 @@ def test_job_compacts_small_appends_and_leaves_disabled_tables_alone(tmp_path, s
     assert minors and all(r.table == str(small) and r.files_in >= 2 and r.files_out >= 1 for r in minors)
     assert max(r.files_in for r in minors) >= 4
     assert not [r for r in history if r.table == str(off)]
+    # the tick also ran scheduled maintenance: the enabled table only, and compacted the history table itself
+    maintained = [r for r in history if r.type is ProcessType.MAINTENANCE and r.status is ProcessStatus.SUCCESS]
+    assert [r.table for r in maintained] == [str(small)]
+    assert len(DeltaTable(history_location(settings)).file_uris()) == 1
     # compacted outputs stay one sorted run at level 0: depth 1 whatever the file count
     info = clustering_info(read_snapshot(str(small), settings=settings).blocks)
     assert info.table.average_depth == pytest.approx(1.0)
