@@ -28,7 +28,7 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.api import table_info
 from recluster.blocks import parse_data_file_name
 from recluster.commit import CommitStatus, commit_task
-from recluster.maintenance import clean_orphans, find_orphans
+from recluster.maintenance import clean_orphans, find_orphans, maintain_table
 from recluster.merge import spark_reads_natively
 from recluster.rounds import recluster_table, selection_bounds, snapshot_loader, write_task
 from recluster.selection import select_merge_tasks
@@ -36,13 +36,14 @@ from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
     CommitSettings,
+    MaintenanceSettings,
     Settings,
     SparkSettings,
     StreamSettings,
     TableSettings,
     load_settings,
 )
-from recluster.table import TableError, set_table_properties
+from recluster.table import TableError, last_checkpoint_version, set_table_properties
 from tests.helpers import row_multiset
 from triggers.delta_log import newest_version
 
@@ -380,6 +381,18 @@ def test_orphan_cleanup_on_s3(s3, spark):
     assert f"{prefix}/notes.parquet" in left and not any(k.endswith(p) for k in left for p in crashed)
     assert row_multiset(read_back(s3, uri)) == expected
     assert row_multiset(read_back(s3, uri, old_version)) == expected_old
+
+    # Scheduled maintenance on the store: vacuum (retention shortened to nothing), a checkpoint, log cleanup.
+    set_table_properties(
+        DeltaTable(uri, storage_options=options), {"delta.deletedFileRetentionDuration": "interval 0 hours"}
+    )
+    maintenance = MaintenanceSettings(retention_hours=0, checkpoint_every_versions=1)
+    maintained = maintain_table(uri, maintenance, storage_options=options)
+    assert maintained.vacuumed and maintained.checkpoint_version == maintained.version
+    assert last_checkpoint_version(uri, options) == maintained.version
+    left = {k["Key"] for k in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix)["Contents"]}
+    assert not any(k.endswith(p) for k in left for p in maintained.vacuumed)
+    assert row_multiset(read_back(s3, uri)) == expected
 
 
 @pytest.mark.spark
