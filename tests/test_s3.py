@@ -45,7 +45,7 @@ from recluster.settings import (
 )
 from recluster.table import TableError, last_checkpoint_version, set_table_properties
 from tests.helpers import row_multiset
-from triggers.delta_log import newest_version
+from triggers.delta_log import LOG_GAP, CommitRange, commit_rows, newest_version
 
 REGION = "us-east-1"
 SECRET_MARKER = "never-print-me"
@@ -367,6 +367,20 @@ def test_delta_log_polling_never_lists(s3):
     assert newest_version(uri, version, 1000, options) == version + 3
     polled = s3.requests()[before:]
     assert len(polled) == 4 and all(r.startswith("HEAD ") for r in polled), polled
+
+    # The log is cleaned up behind a checkpoint past a reader's offset: the gap is found (one LOG_GAP row a lost
+    # commit) without any listing while nothing is missing.
+    table = DeltaTable(uri, storage_options=options)
+    table.create_checkpoint()
+    prefix = uri.split(f"s3://{s3.bucket}/", 1)[1]
+    for lost in range(version + 2):
+        s3.client().delete_object(Bucket=s3.bucket, Key=f"{prefix}/_delta_log/{lost:020d}.json")
+    assert newest_version(uri, version, 1000, options) == version + 3
+    rows = list(commit_rows(CommitRange(uri, version + 1, version + 3, tuple(sorted(options.items())))))
+    assert [(r[1], r[3]) for r in rows] == [(version + 1, LOG_GAP), (version + 2, "WRITE"), (version + 3, "WRITE")]
+    before = len(s3.requests())
+    assert newest_version(uri, version + 3, 1000, options) == version + 3  # idle again: still no listing
+    assert not any("list-type" in r for r in s3.requests()[before:])
 
 
 @pytest.mark.spark
