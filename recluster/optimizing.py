@@ -154,6 +154,10 @@ class PartitionHealth:
     fragments: int
     undersized: int
     deletion_vector_files: int
+    deleted_rows: int = 0
+    rows: int = 0
+    heavy_deletion_files: int = 0
+    """Files whose deletion vectors hide more than major.trigger.duplicate-ratio of their rows."""
 
     @property
     def segments(self) -> int:
@@ -189,8 +193,9 @@ class TableHealth:
 
     @property
     def deleted_row_pressure(self) -> float:
-        """Share of files carrying deletion vectors."""
-        return self.deletion_vector_files / self.files if self.files else 0.0
+        """Share of the rows in data files that deletion vectors hide."""
+        rows = sum(p.rows for p in self.partitions)
+        return sum(p.deleted_rows for p in self.partitions) / rows if rows else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -199,6 +204,7 @@ class TableHealth:
             "segments": self.files - self.fragments,
             "undersized_segments": self.undersized,
             "deletion_vector_files": self.deletion_vector_files,
+            "heavy_deletion_files": sum(p.heavy_deletion_files for p in self.partitions),
             "small_file_pressure": round(self.small_file_pressure, 4),
             "deleted_row_pressure": round(self.deleted_row_pressure, 4),
         }
@@ -230,6 +236,9 @@ def table_health(blocks: Iterable[Block], config: OptimizingConfig) -> TableHeal
                 sum(_is_fragment(b, config) for b in group),
                 sum(_is_undersized(b, config) for b in group),
                 sum(b.has_deletion_vector for b in group),
+                sum(b.deleted_rows for b in group),
+                sum(b.rows for b in group),
+                sum(b.deleted_rows > b.rows * config.major_trigger_duplicate_ratio for b in group),
             )
             for partition, group in _by_partition(blocks)
         )

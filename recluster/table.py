@@ -460,6 +460,7 @@ def blocks_from_actions(
     partitions = [_column(actions, f"partition.{c}") or [None] * len(paths) for c in partition_columns]
     dv_columns = [n for n in actions.column_names if n.lower().startswith(("deletionvector", "deletion_vector"))]
     deletion_vectors = _column(actions, dv_columns[0]) if dv_columns else None
+    cardinality = next((_column(actions, n) for n in dv_columns if n.lower().endswith("cardinality")), None)
     blocks = []
     for i, path in enumerate(paths):
         partition: Partition = tuple(
@@ -488,6 +489,7 @@ def blocks_from_actions(
                 partition=partition,
                 key_fingerprint=written.fingerprint if written else None,
                 has_deletion_vector=bool(deletion_vectors and deletion_vectors[i]),
+                deleted_rows=int(cardinality[i] or 0) if cardinality else 0,
             )
         )
     return blocks
@@ -646,6 +648,7 @@ def blocks_from_log_adds(
             "size_bytes": int(add.get("size", 0)),
             "num_records": stats.get("numRecords"),
             "deletionVector": add.get("deletionVector") is not None,
+            "deletionVector.cardinality": (add.get("deletionVector") or {}).get("cardinality"),
         }
         for column in key.columns:
             row[f"min.{column.name}"] = _stat_from_json(stats.get("minValues", {}).get(column.name), column)

@@ -322,3 +322,17 @@ def test_history_pruning_keeps_what_summaries_need():
     for table in ("t",):
         full = table_history(rows, table, now=now, window_seconds=3600, stale_seconds=3600)
         assert table_history(kept, table, now=now, window_seconds=3600, stale_seconds=3600) == full
+
+
+def test_deleted_row_pressure_counts_rows_hidden_by_deletion_vectors():
+    blocks = [
+        block("clean", 20 * MB),
+        block("light", 20 * MB, has_deletion_vector=True, deleted_rows=10),  # rows = 209715: 0.005 %
+        block("heavy", 20 * MB, has_deletion_vector=True, deleted_rows=100_000),  # 48 %
+    ]
+    health = table_health(blocks, CONFIG)
+    assert health.deletion_vector_files == 2
+    assert health.to_dict()["heavy_deletion_files"] == 1
+    assert health.deleted_row_pressure == pytest.approx(100_010 / (3 * 209_715))
+    plan = plan_optimizing("t", 1, blocks, CONFIG, ProcessType.FULL, BOUNDS)
+    assert [s.reason for s in plan.skipped] == [Reason.DELETION_VECTOR]
