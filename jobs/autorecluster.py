@@ -10,13 +10,14 @@ trigger work by themselves, so the job cannot feed itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -27,8 +28,8 @@ from recluster.commit import PRODUCER, CommitOutcome, CommitStatus, OutcomeTotal
 from recluster.metrics import ClusteringState
 from recluster.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
 from recluster.rounds import execute_plan, selection_bounds
-from recluster.selection import MergeTask, ReclusterPlan, level_threshold, select_merge_tasks
-from recluster.settings import Settings, TableSettings, table_storage_options
+from recluster.selection import MergeTask, Policy, ReclusterPlan, level_threshold, select_merge_tasks
+from recluster.settings import Settings, SettingsError, TableSettings, table_storage_options
 from recluster.table import (
     ClusterKey,
     TableError,
@@ -186,7 +187,7 @@ class ReclusterHandler:
             records = [self._handle_table(uri, events) for uri, events in by_table.items()]
             for uri, tracked in list(self.tracked.items()):  # work left over from earlier batches
                 if uri not in by_table and tracked.pending and not self.stopping.is_set():
-                    records.append(self._decide(tracked, foreign=False))
+                    records.append(self._guarded(uri, tracked.version, functools.partial(self._decide, tracked, False)))
             if self.metrics is not None:
                 self.metrics.publish((r.table, r.model_dump_json()) for r in records if r is not None)
         finally:
@@ -227,38 +228,41 @@ class ReclusterHandler:
                 )
         return rows
 
-    def _handle_table(self, uri: str, events: list[dict[str, Any]]) -> MetricsRecord | None:
+    def _guarded(self, uri: str, version: int, work: Callable[[], MetricsRecord]) -> MetricsRecord | None:
+        """Run one table's work; a table problem becomes that table's error status, never the job's end."""
         try:
-            tracked = self.tracked.get(uri)
-            if tracked is None:
-                tracked = self.tracked[uri] = self._initial_state(uri, events[0]["version"])
-            fresh = [e for e in events if e["version"] > tracked.version]  # older: replayed after a restart
-            foreign = [e for e in fresh if e["producer"] != PRODUCER]
-            _add(tracked.totals, appended=sum(e["bytes_added"] or 0 for e in foreign))
-            for event in fresh:
-                if (
-                    event["operation"] == LOG_GAP
-                    or event["metadata_changed"]
-                    or event["version"] != tracked.version + 1
-                ):
-                    if event["operation"] == LOG_GAP:
-                        log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event["version"])
-                    totals = tracked.totals
-                    tracked = self.tracked[uri] = self._track(uri, None)
-                    tracked.totals = totals
-                    break
-                added = blocks_from_log_adds(
-                    json.loads(event["adds"]), tracked.key, tracked.partition_columns, uri, self.options(uri)
-                )
-                tracked.state.apply(added, event["removes"] or [])
-                tracked.version = event["version"]
-            return self._decide(tracked, bool(foreign))
-        except TableError as error:
+            return work()
+        except (TableError, SettingsError) as error:
             self.tracked.pop(uri, None)
-            status = TableStatus(uri, events[-1]["version"], (), 1.0, error=str(error))
+            status = TableStatus(uri, version, (), 1.0, error=str(error))
             self._publish(status)
             log.error("recluster table=%s reason=table_error error=%s", uri, error)
             return None
+
+    def _handle_table(self, uri: str, events: list[dict[str, Any]]) -> MetricsRecord | None:
+        return self._guarded(uri, events[-1]["version"], lambda: self._apply_commits(uri, events))
+
+    def _apply_commits(self, uri: str, events: list[dict[str, Any]]) -> MetricsRecord:
+        tracked = self.tracked.get(uri)
+        if tracked is None:
+            tracked = self.tracked[uri] = self._initial_state(uri, events[0]["version"])
+        fresh = [e for e in events if e["version"] > tracked.version]  # older: replayed after a restart
+        foreign = [e for e in fresh if e["producer"] != PRODUCER]
+        _add(tracked.totals, appended=sum(e["bytes_added"] or 0 for e in foreign))
+        for event in fresh:
+            if event["operation"] == LOG_GAP or event["metadata_changed"] or event["version"] != tracked.version + 1:
+                if event["operation"] == LOG_GAP:
+                    log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event["version"])
+                totals = tracked.totals
+                tracked = self.tracked[uri] = self._track(uri, None)
+                tracked.totals = totals
+                break
+            added = blocks_from_log_adds(
+                json.loads(event["adds"]), tracked.key, tracked.partition_columns, uri, self.options(uri)
+            )
+            tracked.state.apply(added, event["removes"] or [])
+            tracked.version = event["version"]
+        return self._decide(tracked, bool(foreign))
 
     def _initial_state(self, uri: str, first_version: int) -> TrackedTable:
         """State just before the first commit this job sees; the latest if that version was cleaned up."""
@@ -287,9 +291,7 @@ class ReclusterHandler:
                 break
             chosen.append(task)
             spent += task.bytes
-        return ReclusterPlan(plan.table, plan.read_version, plan.final, tuple(chosen), plan.skipped), len(chosen) < len(
-            plan.tasks
-        )
+        return replace(plan, tasks=tuple(chosen)), len(chosen) < len(plan.tasks)
 
     def _decide(self, tracked: TrackedTable, foreign: bool) -> MetricsRecord:
         snapshot = tracked.snapshot()
@@ -298,8 +300,10 @@ class ReclusterHandler:
         outcomes: list[CommitOutcome] = []
         batch = OutcomeTotals()
         pending = False
+        beta = bounds.beta if bounds.policy is Policy.ABSORB else None
         if (foreign or tracked.pending) and not self.stopping.is_set():
             plan, pending = self._budgeted(select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds))
+            beta = plan.beta
             for outcome in execute_plan(self.spark, plan, snapshot, settings=self.settings, run_id=_run_id()):
                 log.info("recluster table=%s %s %s", tracked.uri, outcome, outcome.task)
                 batch.add(outcome)
@@ -340,6 +344,8 @@ class ReclusterHandler:
             {s.level: s.threshold for s in levels},
             BatchActions(**vars(batch), duration_seconds=time.monotonic() - started),
             pending=pending,
+            policy=str(bounds.policy),
+            beta=beta,
             reasons=[str(o.task.reason) for o in outcomes],
             errors=[f"{o.status}: {o.reason}" for o in outcomes if o.status is not CommitStatus.COMMITTED],
             skipped_events=self.skipped_events,

@@ -290,6 +290,16 @@ def _log_value(
     return True, (None if null_count else low), high
 
 
+def _epoch_ms(value: Any) -> int:
+    """modificationTime as epoch milliseconds (delta-rs gives int64 ms; a timestamp type is converted)."""
+    if value is None:
+        return 0
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return int(aware.timestamp() * 1000)
+    return int(value)
+
+
 def blocks_from_actions(
     actions: pa.Table,
     key: ClusterKey,
@@ -301,6 +311,7 @@ def blocks_from_actions(
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
     rows = _column(actions, "num_records") or [None] * len(paths)
+    modified = _column(actions, "modification_time") or [0] * len(paths)
     per_column = [
         (_column(actions, f"min.{c}"), _column(actions, f"max.{c}"), _column(actions, f"null_count.{c}"))
         for c in key.names
@@ -336,6 +347,7 @@ def blocks_from_actions(
                 partition=partition,
                 key_fingerprint=written.fingerprint if written else None,
                 has_deletion_vector=bool(deletion_vectors and deletion_vectors[i]),
+                modified_ms=_epoch_ms(modified[i]),
             )
         )
     return blocks
@@ -496,6 +508,7 @@ def blocks_from_log_adds(
             "path": add["path"],
             "size_bytes": int(add.get("size", 0)),
             "num_records": stats.get("numRecords"),
+            "modification_time": int(add.get("modificationTime") or 0),
             "deletionVector": add.get("deletionVector") is not None,
         }
         for column in key.columns:
