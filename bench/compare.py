@@ -1078,9 +1078,9 @@ LONG_RUN = ("z_order", "recluster_incr", "absorb")
 UNIFORM, TIME = WORKLOADS[0], WORKLOADS[1]
 ABSORB_SUITE = (
     SuiteCase("random_40", UNIFORM, Params(40, 50_000, 5, 1_000_000), ALL_ABSORB),
-    SuiteCase("random_400", UNIFORM, Params(400, 5_000, 5, 100_000), LONG_RUN),
+    SuiteCase("random_400", UNIFORM, Params(400, 5_000, 5, 100_000), (*LONG_RUN, "absorb_economy")),
     SuiteCase("time_40", TIME, Params(40, 50_000, 5, 1_000_000), ALL_ABSORB),
-    SuiteCase("time_400", TIME, Params(400, 5_000, 5, 100_000), LONG_RUN),
+    SuiteCase("time_400", TIME, Params(400, 5_000, 5, 100_000), ("z_order", "absorb")),
 )
 """The issue's workloads: 40 appends at full size (2,000,000 rows, 1,000,000-row files) and 400 small appends
 (5,000 rows, 100,000-row files: the same table/file ratio) of random int64 keys and of time-like keys with 5%

@@ -262,7 +262,7 @@ def select_merge_tasks(
         if absorb:
             beta = effective_beta(clustered, bounds)
             betas.append(beta)
-            found, over = absorb_tasks(partition, clustered, bounds, beta, budget)
+            found, over = absorb_tasks(partition, clustered, bounds, beta, budget), 0
         else:
             found, over = _levels_tasks(partition, clustered, bounds, final, budget)
         tasks.extend(found)
@@ -318,8 +318,6 @@ def _levels_tasks(
 
 BETA_SCALE_LIMIT = 8.0
 """The depth-target controller scales beta by at most this factor either way."""
-OVERRUN = 2
-"""An absorb slice of two files may exceed max_task_bytes up to this factor; beyond it is skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,29 +379,30 @@ def overlapping(lo: IntArray, hi: IntArray, other_lo: IntArray, other_hi: IntArr
     return result
 
 
-def _first_key(value: Any) -> tuple[bool, Any]:
-    return (value is not None, value)
+def _first_column(block: Block) -> tuple[tuple[bool, Any], tuple[bool, Any]]:
+    """The block's range in its first key column (NULL first)."""
+    low = block.min_values[0] if block.min_values else None
+    high = block.max_values[0] if block.max_values else None
+    return (low is not None, low), (high is not None, high)
 
 
-def strict_self_overlap(files: Sequence[Block]) -> list[Block]:
-    """Files of one run whose first-key-column ranges overlap another's beyond a single shared value.
+def fixable_self_overlap(files: Sequence[Block]) -> list[Block]:
+    """Files of one run that overlap another file of it in a way a merge removes.
 
-    Only these can be fixed by a merge (outputs are cut where the first column changes); per-column
-    min/max ranges of a multi-column key can touch without a fix, and must not trigger endless rewrites.
+    Both the key range and the first key column's range must meet: outputs are cut where the first column
+    changes, so such files come out apart. A multi-column key's per-column ranges can also meet across a
+    first-column boundary, or inside one heavy first-column value split by the full key; a merge cannot
+    part those, and they must not trigger rewrites without end.
     """
-    ordered = sorted(files, key=lambda b: (_first_key(b.min_values[0] if b.min_values else None), b.path))
     found: dict[str, Block] = {}
     widest: Block | None = None
-    for block in ordered:
-        low = _first_key(block.min_values[0] if block.min_values else None)
-        high = _first_key(block.max_values[0] if block.max_values else None)
-        if widest is not None:
-            widest_low = _first_key(widest.min_values[0] if widest.min_values else None)
-            widest_high = _first_key(widest.max_values[0] if widest.max_values else None)
-            if widest_high > low and widest_low < high:
+    for block in sorted(files, key=lambda b: (b.min_key or b"", b.path)):
+        if widest is not None and (widest.max_key or b"") >= (block.min_key or b""):
+            (low, high), (widest_low, widest_high) = _first_column(block), _first_column(widest)
+            if widest_high >= low and high >= widest_low:
                 found[block.path] = block
                 found[widest.path] = widest
-        if widest is None or high > _first_key(widest.max_values[0] if widest.max_values else None):
+        if widest is None or (block.max_key or b"") > (widest.max_key or b""):
             widest = block
     return list(found.values())
 
@@ -441,7 +440,7 @@ def decide_absorb(runs: Sequence[Run], beta: float) -> Absorb | None:
             continue
         newer = (run_of > index) & np.isin(run_of, [i for i, r in enumerate(runs) if r.age_ms <= run.horizon_ms])
         own = run_of == index
-        self_overlap = strict_self_overlap(run.files)
+        self_overlap = fixable_self_overlap(run.files)
         if not newer.any() and not self_overlap:
             continue
         touched = own & overlapping(lo, hi, lo[newer], hi[newer])
@@ -470,12 +469,12 @@ def any_pair_overlaps(lo: IntArray, hi: IntArray) -> bool:
     return bool(np.any(lo[order][1:] <= reach[:-1]))
 
 
-def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) -> tuple[list[list[Block]], int]:
-    """Key-range slices of an absorb for this round, and how many files were over the size bounds.
+def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) -> list[list[Block]]:
+    """Key-range slices of an absorb for this round.
 
     A slice is the longest prefix, in key order of the files' minimums, within max_task_bytes and
-    max_task_files, and at least two files (a slice may then reach OVERRUN x max_task_bytes: one file
-    alone would stall the absorb); later slices of the same round start above every earlier slice's range, so their
+    max_task_files, but at least two files (one file alone would stall the absorb: an absorb is never
+    skipped, DESIGN §5); later slices of the same round start above every earlier slice's range, so their
     outputs never meet. Files wider than a slice (appended files spanning the domain) come first in that
     order: the first slice sorts them, and their rows beyond its range become narrow files of the absorbing
     run that later slices merge. What is left is resumed next round from the log (`decide_absorb`).
@@ -491,30 +490,28 @@ def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) 
                 break
             chosen.append(block)
             total += block.bytes
-        if total > OVERRUN * bounds.max_task_bytes:
-            return slices, len(chosen)
         slices.append(chosen)
         top = max(b.max_key or b"" for b in chosen)
         remaining = [b for b in remaining[len(chosen) :] if (b.min_key or b"") > top]
-    return slices, 0
+    return slices
 
 
 def absorb_tasks(
     partition: Partition, clustered: Sequence[Block], bounds: SelectionBounds, beta: float, budget: int
-) -> tuple[list[MergeTask], int]:
+) -> list[MergeTask]:
     """The `absorb` policy in one partition: the slices of at most one absorb for this round."""
     runs = recover_runs(clustered)
     absorb = decide_absorb(runs, beta)
     if absorb is None:
-        return [], 0
-    slices, oversized = absorb_slices(absorb.files, bounds, budget)
-    taken = {b.path for b in absorb.files}
-    kept = [b for b in absorb.target.files if b.path not in taken]
+        return []
+    slices = absorb_slices(absorb.files, bounds, budget)
     own = {b.path for b in absorb.target.files}
     tasks = []
     for files in slices:
         if len(files) == 1 and files[0].path in own:
             continue  # one file of the absorbing run alone: rewriting it would change nothing
+        taken = {b.path for b in files}
+        kept = [b for b in absorb.target.files if b.path not in taken]
         low, high = min(b.min_key or b"" for b in files), max(b.max_key or b"" for b in files)
         splits = sorted(
             {
@@ -540,7 +537,7 @@ def absorb_tasks(
                 split_values=tuple(splits),
             )
         )
-    return tasks, oversized
+    return tasks
 
 
 def _chunks(blocks: Sequence[Block], bounds: SelectionBounds) -> list[list[Block]]:
