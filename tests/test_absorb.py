@@ -249,7 +249,7 @@ def test_metrics_record_says_which_policy_acted():
 # ---- a real table --------------------------------------------------------------------------------------------------
 
 SLICED = Settings(
-    clustering=ClusteringSettings(target_rows=1_500, max_merge_bytes=60_000, max_tasks_per_round=2),
+    clustering=ClusteringSettings(target_rows=1_200, max_merge_bytes=20_000, max_tasks_per_round=2),
     selection=SelectionSettings(policy="absorb", beta=0.5),
 )
 
@@ -267,8 +267,8 @@ def test_seeded_appends_and_sliced_absorbs_keep_every_row(tmp_path: Path, spark)
     rng = np.random.default_rng(11)
     appended = []
     reasons: list[str] = []
-    for index in range(7):
-        data = batch(rng, index, 1_000)
+    for index in range(6):
+        data = batch(rng, index, 800)
         appended.append(data)
         write_deltalake(str(path), data, mode="append")
         if index == 0:
