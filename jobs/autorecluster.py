@@ -74,11 +74,13 @@ class TableStatus:
     bytes_appended: int = 0
     pending: bool = False
     error: str | None = None
+    policy: str = Policy.LEVELS
+    """The selection policy serving the table (settings, or its `recluster.policy` property)."""
 
     def __str__(self) -> str:
         levels = " ".join(f"L{s.level}={s.blocks}/{s.average_depth:.2f}/{s.threshold:.1f}" for s in self.levels)
         text = (
-            f"recluster table={self.table} version={self.version} depth={self.average_depth:.3f} "
+            f"recluster table={self.table} version={self.version} policy={self.policy} depth={self.average_depth:.3f} "
             f"levels[blocks/avg/threshold]=({levels}) tasks={self.tasks} conflicts={self.conflicts} "
             f"written={self.bytes_written} appended={self.bytes_appended} pending={self.pending}"
         )
@@ -89,6 +91,7 @@ class TableStatus:
         return {
             "table": self.table,
             "version": self.version,
+            "policy": self.policy,
             "average_depth": self.average_depth,
             "levels": [
                 {"level": s.level, "blocks": s.blocks, "average_depth": s.average_depth, "threshold": s.threshold}
@@ -334,6 +337,7 @@ class ReclusterHandler:
             bytes_written=tracked.totals.get("written", 0),
             bytes_appended=tracked.totals.get("appended", 0),
             pending=pending,
+            policy=bounds.policy,
         )
         self._publish(status)
         log.info("%s", status)

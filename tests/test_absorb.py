@@ -309,3 +309,48 @@ def test_cli_run_policy_and_beta(tmp_path: Path, capsys):
     assert cli.main(["run", str(path), "--dry-run"]) == 2
     assert "recluster.policy must be one of" in capsys.readouterr().err
     assert DeltaTable(str(path)).version() == version + 1  # only the property change: the table is untouched
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
+    """The job plans with the table property recluster.policy (absorb) over the settings' default (levels); the
+    rows survive, and the status says which policy served the table."""
+    from jobs.autorecluster import start_job, stop_gracefully
+    from recluster.settings import StreamSettings, TableSettings
+
+    absorbed, levelled = tmp_path / "absorbed", tmp_path / "levelled"
+    rng = np.random.default_rng(21)
+    appended: dict[Path, list[pa.Table]] = {absorbed: [], levelled: []}
+    for path in (absorbed, levelled):
+        appended[path].append(batch(rng, 0, 1_000))
+        write_deltalake(str(path), appended[path][-1], mode="append")
+    set_table_properties(DeltaTable(str(absorbed)), {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "absorb"})
+    set_table_properties(DeltaTable(str(levelled)), {CLUSTER_BY_PROPERTY: "k"})
+    settings = Settings(
+        clustering=ClusteringSettings(target_rows=3_000),
+        stream=StreamSettings(
+            checkpoint_location=str(tmp_path / "checkpoint"), trigger_interval_seconds=0.2, starting_version="earliest"
+        ),
+        tables=[TableSettings(uri=str(absorbed)), TableSettings(uri=str(levelled))],
+    )
+    query, handler = start_job(spark, settings, settings.tables)
+    try:
+        for index in range(1, 7):
+            for path in (absorbed, levelled):
+                appended[path].append(batch(rng, index, 1_000))
+                write_deltalake(str(path), appended[path][-1], mode="append")
+            query.processAllAvailable()
+        statuses = dict(handler.status)
+    finally:
+        stop_gracefully(query, handler)
+    assert statuses[str(absorbed)].policy == "absorb" and statuses[str(levelled)].policy == "levels"
+    assert statuses[str(absorbed)].tasks > 0 and statuses[str(absorbed)].failures == 0
+    assert "policy=absorb" in str(statuses[str(absorbed)])
+    for path in (absorbed, levelled):
+        expected = pa.concat_tables(appended[path])
+        assert row_multiset(DeltaTable(str(path)).to_pyarrow_table().select(expected.column_names)) == row_multiset(
+            expected
+        )
+    written = {parse_data_file_name(p) for p in DeltaTable(str(absorbed)).file_uris()} - {None}
+    assert written and all(w is not None and w.horizon_ms is not None for w in written)  # absorb runs, by name
