@@ -960,6 +960,17 @@ def source_state() -> dict[str, Any]:
     }
 
 
+def result_header(benchmark: str, quick: bool, source: dict[str, Any]) -> dict[str, Any]:
+    """What every result JSON starts with: which benchmark, mode, date, machine and engine source."""
+    return {
+        "benchmark": benchmark,
+        "quick": quick,
+        "date": dt.date.today().isoformat(),
+        "machine": machine(),
+        "source": source,
+    }
+
+
 def render(result: dict[str, Any], path: Path | str) -> None:
     """Print the tables of one result (also from a stored JSON: `--report FILE`)."""
     workloads, refs, source = result["workloads"], result["references"], result.get("source", {})
@@ -1030,11 +1041,7 @@ def main(quick: bool = False, only: Sequence[str] = (), strategies: Sequence[str
         shutil.rmtree(work, ignore_errors=True)
     refs = references()
     result: dict[str, Any] = {
-        "benchmark": "compare",
-        "quick": quick,
-        "date": dt.date.today().isoformat(),
-        "machine": machine(),
-        "source": source,
+        **result_header("compare", quick, source),
         "spark": {"master": SPARK_SETTINGS.master, "shuffle_partitions": SPARK_SETTINGS.shuffle_partitions},
         "parameters": {
             "batches": params.batches,
@@ -1242,11 +1249,7 @@ def main_absorb(quick: bool = False, only: Sequence[str] = ()) -> dict[str, Any]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result: dict[str, Any] = {
-        "benchmark": "absorb",
-        "quick": quick,
-        "date": dt.date.today().isoformat(),
-        "machine": machine(),
-        "source": source,
+        **result_header("absorb", quick, source),
         "default_beta": Settings().selection.resolved_beta,
         "presets": dict(PRESET_BETAS),
         "strategies": {s.name: s.description for s in STRATEGIES if s.name in ALL_ABSORB},

@@ -35,6 +35,7 @@ from recluster.settings import (
     SelectionSettings,
     Settings,
     SettingsError,
+    load_settings,
     resolve_selection,
 )
 from recluster.table import set_table_properties
@@ -238,6 +239,21 @@ def test_selection_resolution_order():
     assert resolve_selection(SelectionSettings(preset="economy"), {}, beta=0.5).resolved_beta == 0.5
     with pytest.raises(SettingsError, match=r"recluster\.policy must be one of levels, absorb"):
         resolve_selection(selection, {POLICY_PROPERTY: "fastest"})
+
+
+def test_selection_settings_from_overrides():
+    loaded = load_settings(
+        overrides=["selection.policy=absorb", "selection.preset=economy", "selection.target_depth=2"]
+    )
+    assert (loaded.selection.policy, loaded.selection.resolved_beta, loaded.selection.target_depth) == (
+        "absorb",
+        1.0,
+        2.0,
+    )
+    with pytest.raises(SettingsError, match=r"invalid setting selection\.policy"):
+        load_settings(overrides=["selection.policy=fastest"])
+    with pytest.raises(SettingsError, match=r"invalid setting selection\.beta"):
+        load_settings(overrides=["selection.beta=0"])
 
 
 def test_metrics_record_says_which_policy_acted():
