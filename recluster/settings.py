@@ -65,9 +65,10 @@ class ClusteringSettings(_Section):
 class SelectionSettings(_Section):
     """Which selection policy plans the rounds (DESIGN §5), and the `absorb` policy's one knob."""
 
-    policy: PolicyName = "levels"
-    """`levels` (Databend's per-level thresholds) or `absorb` (overlap-aware ratio rule); per table, the
-    table property `recluster.policy` overrides it."""
+    policy: PolicyName = "absorb"
+    """`absorb` (overlap-aware ratio rule; the default: shallower than `levels` at equal rewriting on the
+    benchmark) or `levels` (Databend's per-level thresholds); per table, the table property
+    `recluster.policy` overrides it."""
     beta: float = Field(0.35, gt=0)
     """absorb: a run absorbs all newer runs once they hold beta x the rows of its files they overlap.
     Lower: shallower tables, more rewriting (default chosen by `python -m bench.compare --suite absorb`)."""
