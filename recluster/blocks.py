@@ -147,6 +147,8 @@ class Block:
     has_deletion_vector: bool = False
     modified_ms: int = 0
     """The add action's modificationTime (ms): the age of an appended file for the `absorb` policy."""
+    deleted_rows: int = 0
+    """Rows its deletion vector hides (the vector's cardinality in the log)."""
 
     @property
     def clustered(self) -> bool:

@@ -344,7 +344,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     server = _start_http(settings)
     try:
         prepare_event_log_dir(settings)
-        spark = spark_session(settings.spark)
+        spark = spark_session(settings.spark, settings.self_optimizing.groups)
         query, handler = start_job(spark, settings, settings.tables)
         if server is not None:
             server.attach(query, handler)
@@ -353,7 +353,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             f"watching {len(settings.tables)} table(s); checkpoint {settings.stream.checkpoint_location}{where}",
             file=sys.stderr,
         )
-        reason = _run_until_signal(query, handler, args.seconds, tick=lambda: None)
+        reason = _run_until_signal(query, handler, args.seconds, tick=handler.tick)
     finally:
         if server is not None:
             server.stop()
@@ -521,6 +521,113 @@ def cmd_clean(args: argparse.Namespace) -> int:
     print(
         f"{verb} {len(result.orphans)} orphan file(s), {total:,} bytes; {result.referenced} files referenced by "
         f"versions {result.oldest_version}..{result.latest_version} kept"
+    )
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Self-optimize a table now: the given type, or whatever its triggers say is due."""
+    from recluster.merge import spark_session
+    from recluster.optimizer import history_store, optimize_table
+    from recluster.optimizing import ProcessType
+    from recluster.rounds import snapshot_loader
+
+    settings = _settings(args)
+    loader = snapshot_loader(args.table, settings, parse_columns(args.cluster_by) if args.cluster_by else None)
+    with Console(stderr=True).status("optimizing", spinner="dots"):
+        result = optimize_table(
+            loader,
+            settings=settings,
+            spark_factory=lambda: spark_session(settings.spark, settings.self_optimizing.groups),
+            kind=ProcessType(args.type) if args.type else None,
+            dry_run=args.dry_run,
+            history=None if args.dry_run else history_store(settings),
+        )
+    if args.json:
+        print_json(result.to_dict())
+        return 0 if result.totals.failures == 0 else EXIT_ERROR
+    if result.plan is not None and (args.dry_run or result.totals.tasks == 0):
+        print(result.plan)
+    kind = result.type or "nothing"
+    print(
+        f"{result.outcome}: {kind} ({result.reason}); tasks={result.totals.tasks} "
+        f"files {result.totals.files_removed} -> {result.totals.files_added}, "
+        f"bytes read {result.totals.bytes_read:,} written {result.totals.bytes_written:,}, "
+        f"conflicts={result.totals.conflicts} failures={result.totals.failures}; "
+        f"fragments {result.before.fragments} -> {result.after.fragments}"
+    )
+    return 0 if result.totals.failures == 0 else EXIT_ERROR
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Per table: state, pending work, group, quota and occupation, last process times, health."""
+    from recluster.api import read_snapshot
+    from recluster.optimizer import history_store, table_status
+
+    settings = _settings(args)
+    uris = args.table or [t.uri for t in settings.tables]
+    if not uris:
+        raise UsageError("no tables: pass TABLE_URI arguments or list tables in --config")
+    history = history_store(settings)
+    reports = [table_status(read_snapshot(uri, settings=settings), settings=settings, history=history) for uri in uris]
+    if args.json:
+        print_json([r.to_dict() for r in reports])
+        return 0
+    table = Table(
+        "table",
+        "state",
+        "pending",
+        "group",
+        "quota",
+        "occupation",
+        "last minor/major/full/recluster",
+        "fragments",
+        "small-file",
+        "depth",
+    )
+    for report in reports:
+        data = report.to_dict()
+        last = "/".join(
+            str(data["last"].get(k, "-"))[5:16].replace("T", " ") or "-"
+            for k in ("minor", "major", "full", "recluster")
+        )
+        pending = data["pending"] or ("recluster" if data["recluster_pending"] else "-")
+        table.add_row(
+            report.table,
+            str(report.state),
+            pending,
+            report.config.group,
+            f"{report.config.quota:g}",
+            f"{report.occupation:.0%}",
+            last,
+            str(report.health.fragments),
+            f"{report.health.small_file_pressure:.0%}",
+            f"{report.average_depth:.2f}",
+        )
+    Console().print(table)
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """Vacuum, checkpoint, log cleanup and orphan cleanup of one table now (the job does it on a schedule)."""
+    from recluster.maintenance import maintain_table
+
+    settings = _settings(args)
+    result = maintain_table(
+        args.table,
+        settings.self_optimizing.maintenance,
+        storage_options=settings.storage_options,
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    verb = "would delete" if result.dry_run else "deleted"
+    checkpoint = "not needed" if result.checkpoint_version is None else f"version {result.checkpoint_version}"
+    print(
+        f"{verb} {len(result.vacuumed)} expired file(s) (retention {result.retention_hours:g} h) and "
+        f"{len(result.orphans.orphans)} orphan(s); checkpoint: {checkpoint}; "
+        f"log cleanup: {'done' if result.log_cleaned else 'skipped'}"
     )
     return 0
 
@@ -756,6 +863,43 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     _common(clean)
     clean.set_defaults(handler=cmd_clean)
+
+    optimize = commands.add_parser(
+        "optimize",
+        help="self-optimize a table now: minor (compact fragments), major (undersized segments) or full",
+        description=(
+            "Without --type runs whatever the table's self-optimizing.* triggers say is due. Outputs are sorted "
+            "by the cluster key; every task commits atomically and is recorded in the history table."
+        ),
+    )
+    optimize.add_argument("table", metavar="TABLE_URI")
+    optimize.add_argument("--type", choices=["minor", "major", "full"], help="the process to run (default: due one)")
+    optimize.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
+    optimize.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    _common(optimize)
+    optimize.set_defaults(handler=cmd_optimize)
+
+    status = commands.add_parser(
+        "status",
+        help="per table: state, pending work, group, quota occupation, last optimize times, health",
+        description="Reads the tables' snapshots and the history table (self_optimizing.history_location).",
+    )
+    status.add_argument("table", nargs="*", metavar="TABLE_URI", help="tables (default: the configured tables)")
+    _common(status)
+    status.set_defaults(handler=cmd_status)
+
+    maintain = commands.add_parser(
+        "maintain",
+        help="vacuum expired files, checkpoint, clean the log and orphans of a table now",
+        description=(
+            "Vacuum never uses a retention below the table's delta.deletedFileRetentionDuration; orphan cleanup "
+            "follows the rules of `recluster clean`. Settings: self_optimizing.maintenance.*"
+        ),
+    )
+    maintain.add_argument("table", metavar="TABLE_URI")
+    maintain.add_argument("--dry-run", action="store_true", help="list what would be deleted, change nothing")
+    _common(maintain)
+    maintain.set_defaults(handler=cmd_maintain)
 
     schema = commands.add_parser("metrics-schema", help="print the JSON Schema of a metrics record")
     schema.set_defaults(handler=cmd_metrics_schema, verbose=False)

@@ -16,9 +16,21 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from deltalake import DeltaTable
 
 from recluster.blocks import parse_data_file_name
-from recluster.table import TableError, normalize_uri, open_table, table_filesystem
+from recluster.settings import MaintenanceSettings
+from recluster.table import (
+    TableError,
+    checkpoint_table,
+    cleanup_log,
+    deleted_file_retention_hours,
+    last_checkpoint_version,
+    normalize_uri,
+    open_table,
+    table_filesystem,
+    vacuum_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +148,72 @@ def clean_orphans(
         log.info("clean table=%s deleted=%s bytes=%d reason=orphan", found.table, orphan.path, orphan.bytes)
         deleted.append(orphan)
     return CleanResult(found.table, found.oldest_version, found.latest_version, found.referenced, tuple(deleted), True)
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceResult:
+    """What one maintenance pass did (or would do, with dry_run)."""
+
+    table: str
+    version: int
+    retention_hours: float
+    vacuumed: tuple[str, ...]
+    checkpoint_version: int | None
+    """The checkpoint written by this pass; None when the newest one was recent enough (or dry run)."""
+    log_cleaned: bool
+    orphans: CleanResult
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "table": self.table,
+            "version": self.version,
+            "retention_hours": self.retention_hours,
+            "vacuumed_files": list(self.vacuumed),
+            "checkpoint_version": self.checkpoint_version,
+            "log_cleaned": self.log_cleaned,
+            "orphans": self.orphans.to_dict(),
+            "dry_run": self.dry_run,
+        }
+
+
+def effective_retention_hours(table: DeltaTable, configured_hours: float) -> float:
+    """Vacuum retention: the configured one, never below the table's `delta.deletedFileRetentionDuration`."""
+    return max(configured_hours, deleted_file_retention_hours(table))
+
+
+def maintain_table(
+    table_uri: str,
+    settings: MaintenanceSettings,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+) -> MaintenanceResult:
+    """Orphan cleanup, then vacuum (expired files of old versions), a checkpoint when the newest is
+    `checkpoint_every_versions` behind, and log cleanup (delta.logRetentionDuration) after it.
+
+    Orphans go first: they are found against every version still in the log, before log cleanup shortens it.
+    """
+    location = normalize_uri(table_uri)
+    orphans = clean_orphans(
+        location,
+        safety_age_seconds=settings.orphan_safety_age_seconds,
+        storage_options=storage_options,
+        dry_run=dry_run,
+    )
+    table = open_table(location, storage_options)
+    retention = effective_retention_hours(table, settings.retention_hours)
+    vacuumed = vacuum_table(table, retention, dry_run=dry_run)
+    checkpoint = None
+    if not dry_run:
+        table = open_table(location, storage_options)
+        newest = last_checkpoint_version(location, storage_options)
+        if table.version() - (newest if newest is not None else -1) >= settings.checkpoint_every_versions:
+            checkpoint_table(table)
+            checkpoint = table.version()
+        cleanup_log(table)
+    for path in vacuumed:
+        log.info("maintain table=%s vacuumed=%s dry_run=%s", location, path, dry_run)
+    return MaintenanceResult(
+        location, table.version(), retention, tuple(vacuumed), checkpoint, not dry_run, orphans, dry_run
+    )

@@ -48,6 +48,9 @@ class Reason(StrEnum):
     """absorb: the next slice of an absorb in progress (runs it takes in remain, or its run overlaps itself)."""
     ABSORB_BELOW_RATIO = "absorb_below_ratio"
     """absorb: no run reaches the ratio; nothing to do."""
+    MINOR = "minor_optimizing"
+    MAJOR = "major_optimizing"
+    FULL = "full_optimizing"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import datetime as dt
 import decimal
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -319,6 +320,7 @@ def blocks_from_actions(
     partitions = [_column(actions, f"partition.{c}") or [None] * len(paths) for c in partition_columns]
     dv_columns = [n for n in actions.column_names if n.lower().startswith(("deletionvector", "deletion_vector"))]
     deletion_vectors = _column(actions, dv_columns[0]) if dv_columns else None
+    cardinality = next((_column(actions, n) for n in dv_columns if n.lower().endswith("cardinality")), None)
     blocks = []
     for i, path in enumerate(paths):
         partition: Partition = tuple(
@@ -348,6 +350,7 @@ def blocks_from_actions(
                 key_fingerprint=written.fingerprint if written else None,
                 has_deletion_vector=bool(deletion_vectors and deletion_vectors[i]),
                 modified_ms=_epoch_ms(modified[i]),
+                deleted_rows=int(cardinality[i] or 0) if cardinality else 0,
             )
         )
     return blocks
@@ -510,6 +513,7 @@ def blocks_from_log_adds(
             "num_records": stats.get("numRecords"),
             "modification_time": int(add.get("modificationTime") or 0),
             "deletionVector": add.get("deletionVector") is not None,
+            "deletionVector.cardinality": (add.get("deletionVector") or {}).get("cardinality"),
         }
         for column in key.columns:
             row[f"min.{column.name}"] = _stat_from_json(stats.get("minValues", {}).get(column.name), column)
@@ -521,3 +525,101 @@ def blocks_from_log_adds(
     if not rows:
         return []
     return blocks_from_actions(pa.Table.from_pylist(rows), key, partition_columns, table_uri, storage_options)
+
+
+_INTERVAL_UNITS = {
+    "nanosecond": 1e-9,
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 7 * 86400.0,
+}
+DEFAULT_DELETED_FILE_RETENTION_HOURS = 168.0
+"""Delta's default `delta.deletedFileRetentionDuration` (interval 1 week)."""
+
+
+def parse_delta_interval(text: str) -> float:
+    """Seconds of a Delta interval property such as `interval 7 days` (the `interval` word is optional)."""
+    words = text.strip().lower().removeprefix("interval").split()
+    if len(words) != 2 or words[1].rstrip("s") not in _INTERVAL_UNITS:
+        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')")
+    try:
+        return float(words[0]) * _INTERVAL_UNITS[words[1].rstrip("s")]
+    except ValueError:
+        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')") from None
+
+
+def deleted_file_retention_hours(table: DeltaTable) -> float:
+    """The table's `delta.deletedFileRetentionDuration` in hours: time travel within it must keep working."""
+    text = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
+    return parse_delta_interval(text) / 3600.0 if text else DEFAULT_DELETED_FILE_RETENTION_HOURS
+
+
+def vacuum_table(table: DeltaTable, retention_hours: float, *, dry_run: bool) -> list[str]:
+    """Delete files removed longer than `retention_hours` ago and no longer referenced (delta-rs vacuum,
+    which also refuses a retention below the table's own). Returns the files (to be) deleted."""
+    try:
+        return list(
+            table.vacuum(retention_hours=math.ceil(retention_hours), dry_run=dry_run, enforce_retention_duration=True)
+        )
+    except DeltaError as error:
+        raise TableError(f"vacuum failed: {_first_line(error)}") from None
+
+
+def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
+    filesystem = table_filesystem(table_uri, storage_options)
+    try:
+        with filesystem.open_input_stream(file_location(table_uri, "_delta_log/_last_checkpoint")) as stream:
+            return int(json.loads(stream.read())["version"])
+    except (FileNotFoundError, OSError, KeyError, ValueError):
+        return None
+
+
+def checkpoint_table(table: DeltaTable) -> None:
+    """Write a checkpoint at the table's version (readers then skip the JSON commits before it)."""
+    try:
+        table.create_checkpoint()
+    except DeltaError as error:
+        raise TableError(f"checkpoint failed: {_first_line(error)}") from None
+
+
+def cleanup_log(table: DeltaTable) -> None:
+    """Delete log files older than `delta.logRetentionDuration` that a checkpoint makes unnecessary."""
+    try:
+        table.cleanup_metadata()
+    except DeltaError as error:
+        raise TableError(f"log cleanup failed: {_first_line(error)}") from None
+
+
+def append_rows(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None) -> None:
+    """Append rows to a Delta table, creating it on first use (the optimizing history)."""
+    from deltalake import write_deltalake
+
+    try:
+        write_deltalake(normalize_uri(location), rows, mode="append", storage_options=dict(storage_options or {}))
+    except (DeltaError, OSError) as error:
+        raise TableError(f"cannot append to {location}: {_first_line(error)}") from None
+
+
+def read_rows(location: str, storage_options: Mapping[str, str] | None) -> pa.Table | None:
+    """All rows of a Delta table; None when there is no table at `location` yet."""
+    try:
+        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return None
+    return pa.table(table.to_pyarrow_table())
+
+
+def compact_small_files(location: str, storage_options: Mapping[str, str] | None) -> int:
+    """Bin-pack a table's small files (delta-rs optimize; for our own history table, which has no key).
+    Returns the number of files removed."""
+    try:
+        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
+        return int(table.optimize.compact().get("numFilesRemoved", 0))
+    except TableNotFoundError:
+        return 0
+    except DeltaError as error:
+        raise TableError(f"cannot compact {location}: {_first_line(error)}") from None
