@@ -467,7 +467,9 @@ class ReclusterHandler:
                 history=self.history,
                 plan=plan,
             )
-            pending = pending or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
+            # A sliced absorb resumes in the next batch without waiting for a new commit.
+            resume = bounds.policy is Policy.ABSORB and batch.tasks > 0
+            pending = pending or resume or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
         tracked.pending = pending
         _add(
             tracked.totals,
