@@ -330,8 +330,8 @@ def test_cli_run_policy_and_beta(tmp_path: Path, capsys):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
-    """The job plans with the table property recluster.policy (absorb) over the settings' default (levels); the
-    rows survive, and the status says which policy served the table."""
+    """The job plans each table with its policy: the default (absorb), or the table property recluster.policy
+    (levels); the rows survive, and the status says which policy served the table."""
     from jobs.autorecluster import start_job, stop_gracefully
     from recluster.settings import StreamSettings, TableSettings
 
@@ -341,8 +341,8 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
     for path in (absorbed, levelled):
         appended[path].append(batch(rng, 0, 1_000))
         write_deltalake(str(path), appended[path][-1], mode="append")
-    set_table_properties(DeltaTable(str(absorbed)), {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "absorb"})
-    set_table_properties(DeltaTable(str(levelled)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(DeltaTable(str(absorbed)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(DeltaTable(str(levelled)), {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "levels"})
     settings = Settings(
         clustering=ClusteringSettings(target_rows=3_000),
         stream=StreamSettings(
