@@ -51,6 +51,7 @@ from recluster.table import (
     compact_small_files,
     load_snapshot,
     normalize_uri,
+    require_safe_commits,
 )
 from triggers.delta_log import LOG_GAP, SCHEMA, SOURCE_NAME, CommitRange, DeltaLogSource, commit_rows
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
@@ -134,7 +135,7 @@ class TrackedTable:
     state: ClusteringState
     version: int
     data_schema: pa.Schema
-    storage_options: dict[str, str]
+    storage_options: dict[str, str] = field(repr=False)
     pending: bool = False
     totals: dict[str, int] = field(default_factory=dict)
     """Since the job started: tasks, conflicts, failures, bytes written and bytes appended (kept on reload)."""
@@ -182,6 +183,7 @@ class ReclusterHandler:
     def _track(self, uri: str, version: int | None) -> TrackedTable:
         """State at `version` (None: latest) from the snapshot; the key comes from config or the table."""
         table, key, options = open_checked_table(uri, settings=self.settings)
+        require_safe_commits(uri, options, self.settings.commit.allow_unsafe_single_writer)
         if version is not None and version >= 0:
             table.load_as_version(version)
         snapshot = load_snapshot(table, key, uri=uri, storage_options=options)
@@ -565,6 +567,7 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
             .option("startingVersion", str(stream.starting_version))
             .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
             .option("storageOptions", json.dumps(dict(settings.storage_options)))
+            .option("tableStorageOptions", json.dumps({normalize_uri(t.uri): t.storage_options for t in tables}))
         )
     query = (
         reader.load()

@@ -199,13 +199,15 @@ def render_result(result: ReclusterResult, out: Console) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    from recluster.api import storage_options_for
     from recluster.sql import ClusterByStatement, parse_statement
-    from recluster.table import open_table, resolve_cluster_key, set_table_properties
+    from recluster.table import open_table, require_safe_commits, resolve_cluster_key, set_table_properties
 
     statement = parse_statement(args.statement)
     settings = _settings(args)
+    options = storage_options_for(settings, statement.table)
     try:
-        table = open_table(statement.table, settings.storage_options)
+        table = open_table(statement.table, options)
     except TableError:
         if statement.if_exists:
             print(f"table {statement.table} does not exist; nothing to do (IF EXISTS)", file=sys.stderr)
@@ -213,6 +215,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         raise
     if isinstance(statement, ClusterByStatement):
         key = resolve_cluster_key(table, statement.columns, statement.table)
+        require_safe_commits(statement.table, options, settings.commit.allow_unsafe_single_writer)
         set_table_properties(table, {CLUSTER_BY_PROPERTY: ",".join(key.names)})
         summary = {"table": statement.table, "cluster_by": list(key.names), "fingerprint": key.fingerprint}
         if args.json:
@@ -244,6 +247,21 @@ def parse_table_spec(spec: str) -> TableSettings:
     return TableSettings(uri=spec)
 
 
+def _merge_tables(configured: Sequence[TableSettings], given: Sequence[TableSettings]) -> list[TableSettings]:
+    """The config file's tables plus `--table` ones; a `--table` naming a configured table keeps that table's
+    storage options and sets only its key (when given)."""
+    from recluster.table import normalize_uri
+
+    merged = {normalize_uri(t.uri): t for t in configured}
+    for table in given:
+        known = merged.get(normalize_uri(table.uri))
+        if known is not None and table.cluster_by is None:
+            continue
+        update = {"cluster_by": table.cluster_by}
+        merged[normalize_uri(table.uri)] = known.model_copy(update=update) if known is not None else table
+    return list(merged.values())
+
+
 def _stream_settings(args: argparse.Namespace) -> Settings:
     settings = _settings(args)
     stream = {
@@ -267,7 +285,7 @@ def _stream_settings(args: argparse.Namespace) -> Settings:
         if value is not None
     }
     http = {"port": args.http_port} if args.http_port is not None else {}
-    tables = [*settings.tables, *(parse_table_spec(t) for t in args.table or [])]
+    tables = _merge_tables(settings.tables, [parse_table_spec(t) for t in args.table or []])
     return with_kubernetes(
         settings.model_copy(
             update={
@@ -367,6 +385,7 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
     """Tail Delta logs and publish one commit event per new version, for writers that cannot."""
     import threading
 
+    from recluster.api import storage_options_for
     from recluster.publish import BufferedPublisher, commit_event_json
     from recluster.table import normalize_uri
     from triggers.delta_log import CommitRange, commit_rows, newest_version, table_version
@@ -375,8 +394,8 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
     kafka = _updated(settings.kafka, {"bootstrap_servers": args.bootstrap_servers} if args.bootstrap_servers else {})
     topic = args.topic or kafka.commits_topic
     tables = [normalize_uri(t) for t in args.table]
-    options = dict(settings.storage_options)
-    start = {t: table_version(t, options) for t in tables}
+    options = {t: dict(storage_options_for(settings, t)) for t in tables}
+    start = {t: table_version(t, options[t]) for t in tables}
     positions = {t: -1 if args.from_version == "earliest" or v is None else v for t, v in start.items()}
     publisher = BufferedPublisher(kafka, topic)
     stop = threading.Event()
@@ -384,10 +403,11 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
 
     def tick() -> None:
         for table in tables:
-            newest = newest_version(table, positions[table], 1000, options)
+            newest = newest_version(table, positions[table], 1000, options[table])
             if newest <= positions[table]:
                 continue
-            commits = commit_rows(CommitRange(table, positions[table] + 1, newest, tuple(sorted(options.items()))))
+            table_options = tuple(sorted(options[table].items()))
+            commits = commit_rows(CommitRange(table, positions[table] + 1, newest, table_options))
             events = [(table, commit_event_json(table, c[1], c[3], c[2])) for c in commits]
             publisher.publish(events)
             published[0] += len(events)
@@ -500,6 +520,7 @@ def render_metrics(latest: Mapping[str, Any]) -> Table:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """Delete the outputs of rewrites that never committed (see recluster/maintenance.py for the rules)."""
+    from recluster.api import storage_options_for
     from recluster.maintenance import clean_orphans
 
     if args.safety_age_hours < 0:
@@ -508,7 +529,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     result = clean_orphans(
         args.table,
         safety_age_seconds=args.safety_age_hours * 3600,
-        storage_options=settings.storage_options,
+        storage_options=storage_options_for(settings, args.table),
         dry_run=args.dry_run,
     )
     if args.json:
@@ -610,13 +631,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_maintain(args: argparse.Namespace) -> int:
     """Vacuum, checkpoint, log cleanup and orphan cleanup of one table now (the job does it on a schedule)."""
+    from recluster.api import storage_options_for
     from recluster.maintenance import maintain_table
 
     settings = _settings(args)
     result = maintain_table(
         args.table,
         settings.self_optimizing.maintenance,
-        storage_options=settings.storage_options,
+        storage_options=storage_options_for(settings, args.table),
         dry_run=args.dry_run,
     )
     if args.json:

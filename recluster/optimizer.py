@@ -36,7 +36,7 @@ from recluster.optimizing import (
 from recluster.rounds import SnapshotLoader, execute_plan, recluster_table, selection_bounds
 from recluster.selection import ReclusterPlan, select_merge_tasks
 from recluster.settings import Settings, history_location
-from recluster.table import TableSnapshot
+from recluster.table import TableSnapshot, require_safe_commits
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +236,7 @@ def optimize_table(
         return OptimizeResult(
             snapshot.uri, pending.type, pending.reason, "dry_run", plan, OutcomeTotals(), before, before
         )
+    require_safe_commits(snapshot.uri, snapshot.storage_options, settings.commit.allow_unsafe_single_writer)
     plan, _, totals = run_process(
         pending.type,
         snapshot,

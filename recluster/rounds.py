@@ -20,7 +20,14 @@ from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.selection import MergeTask, Policy, ReclusterPlan, SelectionBounds, select_merge_tasks
 from recluster.settings import Settings, resolve_selection
-from recluster.table import ClusterKey, TableSnapshot, WrittenFile, load_snapshot, open_table
+from recluster.table import (
+    ClusterKey,
+    TableSnapshot,
+    WrittenFile,
+    load_snapshot,
+    open_table,
+    require_safe_commits,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +130,8 @@ def write_task(
         run_id=run_id,
         target_rows=settings.clustering.target_rows,
         target_file_bytes=settings.clustering.target_file_bytes,
+        storage_options=snapshot.storage_options,
+        reader=settings.spark.data_reader,
     )
 
 
@@ -205,6 +214,8 @@ def recluster_table(
     started = time.monotonic()
     run_id = new_run_id()
     snapshot = snapshot_loader()
+    if not dry_run:
+        require_safe_commits(snapshot.uri, snapshot.storage_options, settings.commit.allow_unsafe_single_writer)
     before = clustering_info(snapshot.blocks)
     totals = OutcomeTotals()
     plans: list[ReclusterPlan] = []

@@ -109,6 +109,12 @@ class SparkSettings(_Section):
     shuffle_partitions: int = Field(8, ge=1)
     conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration, passed through unchanged."""
+    data_reader: Literal["auto", "spark", "pyarrow"] = "auto"
+    """How merges read data files. `pyarrow`: inside Spark tasks through pyarrow.fs with the tables' storage
+    options (needs no Hadoop jars; every store delta-rs reaches). `spark`: Spark's own Parquet reader (object
+    stores need the hadoop-aws / gcs-connector / hadoop-azure jars and their `spark.hadoop.*` credentials).
+    `auto`: Spark's reader for local tables and for stores whose Hadoop filesystem is on the classpath, else
+    pyarrow. Outputs are always written through pyarrow.fs."""
 
 
 class CommitSettings(_Section):
@@ -116,13 +122,18 @@ class CommitSettings(_Section):
     """Commit attempts per task; a conflict with a concurrent delete/update is not retried in place."""
     backoff_seconds: float = Field(0.5, ge=0)
     max_backoff_seconds: float = Field(8.0, ge=0)
+    allow_unsafe_single_writer: bool = False
+    """Commit to S3 tables without `conditional_put` or a locking provider. S3 then has no atomic
+    put-if-absent, so two writers committing the same version overwrite each other: only safe when nothing
+    else ever writes to the table while recluster runs."""
 
 
 class TableSettings(_Section):
     uri: str
     cluster_by: list[str] | None = None
     """Overrides the table property `recluster.clusterBy`."""
-    storage_options: dict[str, str] = Field(default_factory=dict)
+    storage_options: dict[str, str] = Field(default_factory=dict, repr=False)
+    """delta-rs storage options of this table, merged over the global ones (may hold secrets: never printed)."""
 
     @field_validator("cluster_by", mode="before")
     @classmethod
@@ -288,8 +299,9 @@ _CONFIG_FILE: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("c
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RECLUSTER_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
-    storage_options: dict[str, str] = Field(default_factory=dict)
-    """delta-rs storage options for every table (per-table options are merged on top)."""
+    storage_options: dict[str, str] = Field(default_factory=dict, repr=False)
+    """delta-rs storage options for every table (per-table options are merged on top): credentials, endpoint,
+    region, `conditional_put`; they may hold secrets, so they are never printed or logged."""
     clustering: ClusteringSettings = ClusteringSettings()
     selection: SelectionSettings = SelectionSettings()
     spark: SparkSettings = SparkSettings()
@@ -375,7 +387,9 @@ def describe_validation_error(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
         field = ".".join(str(p) for p in item["loc"]) or "settings"
-        got = f" (got {item['input']!r})" if "input" in item and not isinstance(item["input"], dict) else ""
+        secret = "storage_options" in item["loc"]  # credentials: name the field, never echo the value
+        shown = "input" in item and not isinstance(item["input"], dict) and not secret
+        got = f" (got {item['input']!r})" if shown else ""
         parts.append(f"invalid setting {field}: {item['msg']}{got}")
     return "; ".join(parts)
 

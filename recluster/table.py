@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,11 +71,73 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
     except TableNotFoundError:
         raise TableError(f"{uri} is not a Delta table (no _delta_log found)") from None
     except (DeltaError, OSError) as error:
-        raise TableError(f"cannot open Delta table {uri}: {_first_line(error)}") from None
+        raise TableError(f"cannot open Delta table {uri}: {describe_storage_error(error)}") from None
 
 
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SERVICE_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
+_CONNECT_ERRORS = ("Connection refused", "dns error", "tcp connect error", "timed out")
+
+
+def describe_storage_error(error: BaseException) -> str:
+    """One line for an object-store error: the store's own code and message (NoSuchBucket,
+    SignatureDoesNotMatch, AccessDenied ...) or the connection problem, not the first line of a chain of
+    wrapped errors ("Generic S3 error"). Carries no credentials: delta-rs errors never contain them."""
+    text = _ANSI.sub("", str(error))
+    service = _SERVICE_ERROR.search(text)
+    if service:
+        return f"{service.group(2).strip().rstrip('.')} ({service.group(1)})"
+    reason = next((r for r in _CONNECT_ERRORS if r in text), None)
+    if reason:
+        url = re.search(r"https?://[^/\s]+", text)
+        return f"cannot reach the storage endpoint{' ' + url.group(0) if url else ''} ({reason})"
+    return (text.strip().splitlines() or [type(error).__name__])[0]
+
+
+def _option(options: Mapping[str, str], *names: str, environment: bool = False) -> str:
+    """A delta-rs storage option by any of its names (case-insensitive); with `environment`, else the
+    environment variable delta-rs documents for it. Empty when unset."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    found = next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
+    if found is None and environment:
+        found = next((os.environ[n.upper()] for n in names if n.upper() in os.environ), None)
+    return (found or "").strip().lower()
+
+
+def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+    """Why concurrent commits to this table would be unsafe, or None when they are safe.
+
+    A Delta commit is "create version N if absent". S3 offers that only as a conditional PUT
+    (`conditional_put=etag`) or through a DynamoDB lock (`AWS_S3_LOCKING_PROVIDER=dynamodb`); without either,
+    delta-rs commits with a plain PUT and two writers of the same version silently overwrite each other.
+    GCS, Azure and local filesystems have an atomic put-if-absent of their own.
+    """
+    if urlparse(table_uri).scheme.lower() not in ("s3", "s3a"):
+        return None
+    options = storage_options or {}
+    # Only what is certain to reach delta-rs counts: conditional_put as a storage option, the lock provider
+    # also from its documented environment variable.
+    conditional = _option(options, "conditional_put", "aws_conditional_put")
+    locking = _option(options, "aws_s3_locking_provider", environment=True)
+    if conditional not in ("", "disabled") or locking == "dynamodb":
+        return None
+    return (
+        f"refusing to commit to {table_uri}: S3 without conditional puts or a lock lets concurrent writers "
+        f"overwrite each other's commits; set the storage option conditional_put=etag (AWS S3 and most "
+        f"S3-compatible stores) or AWS_S3_LOCKING_PROVIDER=dynamodb, or commit.allow_unsafe_single_writer=true "
+        f"if nothing else ever writes to this table"
+    )
+
+
+def require_safe_commits(table_uri: str, storage_options: Mapping[str, str] | None, allow_unsafe: bool) -> None:
+    """Raise a TableError unless commits to the table are safe or the user opted into unsafe single-writer mode."""
+    problem = commit_safety_problem(table_uri, storage_options)
+    if problem and not allow_unsafe:
+        raise TableError(problem)
 
 
 _KEY_TYPES: tuple[tuple[Any, KeyType], ...] = (
@@ -192,13 +255,101 @@ def table_filesystem(table_uri: str, storage_options: Mapping[str, str] | None) 
 
 
 def file_location(table_uri: str, path: str) -> str:
-    """Where `path` (relative to the table, as in the log) is for the table's filesystem."""
+    """Where `path` (relative to the table, URL-encoded as in the log) is for the table's filesystem."""
     if "://" in path:
         return path
-    path = unquote(path)
+    return _stored_location(table_uri, unquote(path))
+
+
+def _stored_location(table_uri: str, relative: str) -> str:
+    """A stored (decoded) path relative to the table root, for the table's filesystem."""
     if "://" not in table_uri:
-        return os.path.join(table_uri, path)
-    return path  # DeltaStorageHandler is rooted at the table
+        return os.path.join(table_uri, relative)
+    return relative  # DeltaStorageHandler is rooted at the table
+
+
+LOG_DIR = "_delta_log"
+
+
+def _log_file(table_uri: str, name: str) -> str:
+    return _stored_location(table_uri, f"{LOG_DIR}/{name}")
+
+
+def commit_file_exists(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether `_delta_log/<version>.json` exists: one HEAD on an object store (a stat through delta-rs
+    would also list the name as a directory; opening the file only reads its metadata)."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    try:
+        filesystem.open_input_file(_log_file(table_uri, f"{version:020d}.json")).close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_log_actions(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The actions of one commit file; FileNotFoundError when the log no longer has it."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    with filesystem.open_input_stream(_log_file(table_uri, f"{version:020d}.json")) as stream:
+        lines = stream.read().decode("utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
+    """The version `_delta_log/_last_checkpoint` names (one GET), None when the table has no checkpoint."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    try:
+        with filesystem.open_input_stream(_log_file(table_uri, "_last_checkpoint")) as stream:
+            return int(json.loads(stream.read().decode("utf-8"))["version"])
+    except (OSError, KeyError, ValueError):  # missing, unreadable or malformed: as if there were none
+        return None
+
+
+def log_versions(table_uri: str, storage_options: Mapping[str, str] | None) -> list[int]:
+    """Versions that have a commit file, from one listing of the `_delta_log/` prefix."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    selector = pafs.FileSelector(_stored_location(table_uri, LOG_DIR), allow_not_found=True)
+    names = [info.base_name for info in filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
+    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file found under a table root by listing (whatever the log says about it)."""
+
+    path: str
+    """Relative to the table root, decoded (as stored, not as the log encodes it)."""
+    bytes: int
+    modified: float | None
+    """Last modification, seconds since the epoch."""
+
+
+def list_data_files(table_uri: str, storage_options: Mapping[str, str] | None) -> list[StoredFile]:
+    """Every file under the table root outside `_delta_log/`: one prefix listing per directory level
+    (an object store lists a prefix with a delimiter, in pages); the log itself is never listed."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    root = _stored_location(table_uri, "")
+    found = []
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        for info in filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+            relative = info.path[len(root) :].lstrip("/") if root else info.path.lstrip("/")
+            if relative == LOG_DIR:
+                continue
+            if info.type == pafs.FileType.Directory:
+                pending.append(info.path)
+            elif info.type == pafs.FileType.File:
+                modified = info.mtime.timestamp() if info.mtime else None
+                found.append(StoredFile(relative, int(info.size or 0), modified))
+    return sorted(found, key=lambda f: f.path)
+
+
+def remove_stored_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
+    """Delete files by their stored (decoded) paths relative to the table root; missing ones are fine."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_file(_stored_location(table_uri, path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,10 +607,7 @@ def table_at(table_uri: str, storage_options: Mapping[str, str] | None, version:
 
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
     """Delete files a rewrite wrote but could not commit (they are referenced by no version)."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            filesystem.delete_file(file_location(table_uri, path))
+    remove_stored_files(table_uri, [unquote(p) for p in paths], storage_options)
 
 
 def set_table_properties(table: DeltaTable, properties: Mapping[str, str]) -> None:
@@ -567,15 +715,6 @@ def vacuum_table(table: DeltaTable, retention_hours: float, *, dry_run: bool) ->
         )
     except DeltaError as error:
         raise TableError(f"vacuum failed: {_first_line(error)}") from None
-
-
-def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
-    filesystem = table_filesystem(table_uri, storage_options)
-    try:
-        with filesystem.open_input_stream(file_location(table_uri, "_delta_log/_last_checkpoint")) as stream:
-            return int(json.loads(stream.read())["version"])
-    except (FileNotFoundError, OSError, KeyError, ValueError):
-        return None
 
 
 def checkpoint_table(table: DeltaTable) -> None:
