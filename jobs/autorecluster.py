@@ -137,6 +137,8 @@ class TrackedTable:
     data_schema: pa.Schema
     storage_options: dict[str, str] = field(repr=False)
     pending: bool = False
+    awaiting_version: int = -1
+    """The last version our own rewrites committed: no new plan until the state has caught up with it."""
     totals: dict[str, int] = field(default_factory=dict)
     """Since the job started: tasks, conflicts, failures, bytes written and bytes appended (kept on reload)."""
 
@@ -293,6 +295,8 @@ class ReclusterHandler:
         """Reclustering first (new foreign commits or work left over), then the optimizing triggers."""
         if self.stopping.is_set():
             return None, "stopping"
+        if config.recluster_enabled and tracked.version < tracked.awaiting_version:
+            return None, "awaiting_own_commit"  # a plan on this state would redo our last rewrite
         if config.recluster_enabled and (foreign or tracked.pending):
             if recluster_due(tracked.state.blocks, tracked.snapshot(), self.settings):
                 return ProcessType.RECLUSTER, str(Reason.DEPTH_ABOVE_THRESHOLD)
@@ -473,6 +477,8 @@ class ReclusterHandler:
             resume = bounds.policy is Policy.ABSORB and batch.tasks > 0
             pending = pending or resume or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
         tracked.pending = pending
+        committed = [o.version for o in outcomes if o.status is CommitStatus.COMMITTED and o.version is not None]
+        tracked.awaiting_version = max([tracked.awaiting_version, *committed])
         _add(
             tracked.totals,
             tasks=batch.tasks,

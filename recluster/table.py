@@ -565,9 +565,18 @@ def commit_rewrite(
     """One transaction: remove the inputs, add the outputs, all with dataChange=false.
 
     `table` must be at the version the rewrite read: delta-rs's conflict checker then fails the commit
-    when a concurrent transaction removed one of the inputs (delete/update/another rewrite), while a
-    concurrent append goes through. Returns the committed version.
+    when a concurrent transaction removed one of the inputs (delete/update), while a concurrent append goes
+    through. It does not see removes with dataChange=false: a rewrite planned on a stale snapshot (our own
+    earlier rewrite of the same inputs not yet seen) would commit and duplicate rows, so the inputs are
+    first checked to be live in the latest version. Returns the committed version.
     """
+    read_version = table.version()
+    table.update_incremental()
+    live = {unquote(path) for path in pa.table(table.get_add_actions()).column("path").to_pylist()}
+    gone = [block.path for block in removed if unquote(block.path) not in live]
+    if gone:
+        raise CommitConflict(f"{len(gone)} input file(s) removed after version {read_version}, e.g. {gone[0]}")
+    table.load_as_version(read_version)
     now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
         RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed

@@ -370,3 +370,28 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
         )
     written = {parse_data_file_name(p) for p in DeltaTable(str(absorbed)).file_uris()} - {None}
     assert written and all(w is not None and w.horizon_ms is not None for w in written)  # absorb runs, by name
+
+
+def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
+    """delta-rs does not see a concurrent remove with dataChange=false as a conflict: two rewrites of one file,
+    both anchored to the version before either, would both commit and duplicate its rows. The second must fail."""
+    from recluster.table import CommitConflict, WrittenFile, commit_rewrite, table_at
+
+    path = tmp_path / "t"
+    data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
+    write_deltalake(str(path), data)
+    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    snapshot = snapshot_loader(str(path), Settings(), None)()
+    (block,) = snapshot.blocks
+    for name in ("a", "b"):
+        (path / f"{name}.parquet").write_bytes((path / block.path).read_bytes())
+    stats = {"numRecords": 3, "minValues": {"k": 1}, "maxValues": {"k": 3}, "nullCount": {"k": 0}}
+
+    def rewrite(name: str) -> int:
+        output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
+        return commit_rewrite(table_at(str(path), {}, snapshot.version), [block], [output], {})
+
+    rewrite("a")
+    with pytest.raises(CommitConflict, match="removed after version"):
+        rewrite("b")
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
