@@ -70,7 +70,7 @@ from bench.merge_bench import RESULTS, SPARK_SETTINGS, log, machine, markdown_ta
 from recluster.api import read_snapshot
 from recluster.metrics import clustering_info
 from recluster.rounds import ReclusterResult, recluster_table, snapshot_loader
-from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
+from recluster.settings import CLUSTER_BY_PROPERTY, PRESET_BETAS, ClusteringSettings, Settings
 from recluster.table import arrow_schema, set_table_properties
 
 MB = 1_000_000
@@ -262,8 +262,13 @@ class MemoryProbe:
 
 
 def live_sizes(path: Path) -> dict[str, int]:
+    return live_column(path, "size_bytes")
+
+
+def live_column(path: Path, column: str) -> dict[str, int]:
+    """{file: value} of one add-action column (size_bytes, num_records) over the live files."""
     actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
-    return dict(zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True))
+    return dict(zip(actions["path"].to_pylist(), actions[column].to_pylist(), strict=True))
 
 
 def row_fingerprint(table: pa.Table) -> tuple[int, str]:
@@ -386,10 +391,18 @@ def spark_sort(ctx: Context, path: Path) -> int | None:
     return None
 
 
-def recluster_round(final: bool) -> Callable[[Context, Path], int | None]:
+def recluster_round(
+    final: bool, policy: str = "levels", beta: float | None = None
+) -> Callable[[Context, Path], int | None]:
     def run(ctx: Context, path: Path) -> int | None:
         result = recluster_table(
-            str(path), ctx.loader(path), settings=ctx.settings, spark_factory=lambda: ctx.spark, final=final
+            str(path),
+            ctx.loader(path),
+            settings=ctx.settings,
+            spark_factory=lambda: ctx.spark,
+            final=final,
+            policy=policy,
+            beta=beta,
         )
         ctx.results.append(result)
         return result.bytes_written
@@ -411,9 +424,34 @@ STRATEGIES = (
     Strategy("compact", "delta-rs optimize.compact() every k", True, compact),
     Strategy("z_order", "delta-rs optimize.z_order(key) every k", True, z_order),
     Strategy("spark_sort", "full Spark range-partition + sort rewrite every k", True, spark_sort),
-    Strategy("recluster_incr", "one recluster round (final=False) after every append", False, recluster_round(False)),
+    Strategy(
+        "recluster_incr",
+        "one recluster round (final=False, policy levels) after every append",
+        False,
+        recluster_round(False),
+    ),
     Strategy("recluster_final", "recluster FINAL every k", True, recluster_round(True)),
+    Strategy(
+        "absorb",
+        "one recluster round, policy absorb at the default beta, after every append",
+        False,
+        recluster_round(False, "absorb"),
+    ),
+    Strategy(
+        "absorb_quality",
+        f"absorb with preset quality (beta {PRESET_BETAS['quality']:g}) after every append",
+        False,
+        recluster_round(False, "absorb", PRESET_BETAS["quality"]),
+    ),
+    Strategy(
+        "absorb_economy",
+        f"absorb with preset economy (beta {PRESET_BETAS['economy']:g}) after every append",
+        False,
+        recluster_round(False, "absorb", PRESET_BETAS["economy"]),
+    ),
 )
+ANCHOR_STRATEGIES = ("none", "compact", "z_order", "spark_sort", "recluster_incr", "recluster_final", "absorb")
+"""The anchor comparison's default set (the presets run in the issue-11 suite)."""
 RECLUSTER = "recluster_incr"
 
 
@@ -437,7 +475,7 @@ def run_strategy(
 ) -> dict[str, Any]:
     probe = MemoryProbe(jvm_pid)
     series: list[dict[str, Any]] = []
-    appended = written = appended_rows = 0
+    appended = written = appended_rows = rows_written = 0
     seconds = 0.0
     ctx.results = []
     started = time.perf_counter()
@@ -464,8 +502,12 @@ def run_strategy(
                 step_seconds = time.perf_counter() - mark
             after = live_sizes(path)
             step_written = reported if reported is not None else sum(s for p, s in after.items() if p not in files)
+            step_rows = sum(r for p, r in live_column(path, "num_records").items() if p not in files)
             average, p99, count = depth(path, ctx.settings, workload.key)
+        else:
+            step_rows = 0
         written += step_written
+        rows_written += step_rows
         seconds += step_seconds
         step.update(
             average_depth=average,
@@ -475,6 +517,7 @@ def run_strategy(
             bytes_written=step_written,
             maintenance_seconds=step_seconds,
             write_amplification=written / appended,
+            rows_written=step_rows,
         )
         series.append(step)
     wall = time.perf_counter() - started
@@ -505,6 +548,9 @@ def run_strategy(
         "bytes_appended": appended,
         "bytes_written": written,
         "write_amplification": written / appended,
+        "rows_appended": appended_rows,
+        "rows_written": rows_written,
+        "row_write_amplification": rows_written / appended_rows,
         "write_amplification_at_half": series[len(series) // 2 - 1]["write_amplification"],
         "maintenance_seconds": seconds,
         "maintenance_calls": sum(1 for s in series if s["maintained"]),
@@ -914,6 +960,17 @@ def source_state() -> dict[str, Any]:
     }
 
 
+def result_header(benchmark: str, quick: bool, source: dict[str, Any]) -> dict[str, Any]:
+    """What every result JSON starts with: which benchmark, mode, date, machine and engine source."""
+    return {
+        "benchmark": benchmark,
+        "quick": quick,
+        "date": dt.date.today().isoformat(),
+        "machine": machine(),
+        "source": source,
+    }
+
+
 def render(result: dict[str, Any], path: Path | str) -> None:
     """Print the tables of one result (also from a stored JSON: `--report FILE`)."""
     workloads, refs, source = result["workloads"], result["references"], result.get("source", {})
@@ -963,7 +1020,7 @@ def main(quick: bool = False, only: Sequence[str] = (), strategies: Sequence[str
     params = QUICK if quick else FULL
     settings = Settings(clustering=ClusteringSettings(target_rows=params.target_rows))
     chosen = [w for w in WORKLOADS if not only or any(w.name.startswith(o) for o in only)]
-    runs = [s for s in STRATEGIES if not strategies or s.name in strategies]
+    runs = [s for s in STRATEGIES if s.name in (strategies or ANCHOR_STRATEGIES)]
     source = source_state()
     spark = start_spark()
     work = Path(tempfile.mkdtemp(prefix="recluster-compare-bench-"))
@@ -984,11 +1041,7 @@ def main(quick: bool = False, only: Sequence[str] = (), strategies: Sequence[str
         shutil.rmtree(work, ignore_errors=True)
     refs = references()
     result: dict[str, Any] = {
-        "benchmark": "compare",
-        "quick": quick,
-        "date": dt.date.today().isoformat(),
-        "machine": machine(),
-        "source": source,
+        **result_header("compare", quick, source),
         "spark": {"master": SPARK_SETTINGS.master, "shuffle_partitions": SPARK_SETTINGS.shuffle_partitions},
         "parameters": {
             "batches": params.batches,
@@ -1016,6 +1069,207 @@ def main(quick: bool = False, only: Sequence[str] = (), strategies: Sequence[str
     return result
 
 
+# ---- issue 11: the absorb policy against levels and z_order -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuiteCase:
+    name: str
+    workload: Workload
+    params: Params
+    strategies: tuple[str, ...]
+
+
+ALL_ABSORB = ("z_order", "recluster_incr", "absorb", "absorb_quality", "absorb_economy")
+LONG_RUN = ("z_order", "recluster_incr", "absorb")
+UNIFORM, TIME = WORKLOADS[0], WORKLOADS[1]
+ABSORB_SUITE = (
+    SuiteCase("random_40", UNIFORM, Params(40, 50_000, 5, 1_000_000), ALL_ABSORB),
+    SuiteCase("time_40", TIME, Params(40, 50_000, 5, 1_000_000), LONG_RUN),
+    SuiteCase("random_400", UNIFORM, Params(400, 5_000, 5, 100_000), ("z_order", "absorb", "recluster_incr")),
+    SuiteCase("time_400", TIME, Params(400, 5_000, 5, 100_000), ("z_order", "absorb")),
+)
+"""The issue's workloads: 40 appends at full size (2,000,000 rows, 1,000,000-row files) and 400 small appends
+(5,000 rows, 100,000-row files: the same table/file ratio) of random int64 keys and of time-like keys with 5%
+late rows; z_order every 5 appends, levels and absorb after every append."""
+ABSORB_SUITE_QUICK = (
+    SuiteCase("random_40", UNIFORM, Params(20, 5_000, 5, 50_000), LONG_RUN),
+    SuiteCase("random_400", UNIFORM, Params(60, 1_000, 5, 20_000), LONG_RUN),
+    SuiteCase("time_40", TIME, Params(20, 5_000, 5, 50_000), LONG_RUN),
+    SuiteCase("time_400", TIME, Params(60, 1_000, 5, 20_000), LONG_RUN),
+)
+"""CI speed (about 3 minutes): fewer, smaller appends; only the absorb goals' shape is checked, not their values."""
+
+ABSORB = "absorb"
+LEVELS = "recluster_incr"
+
+
+def absorb_goals(cases: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's acceptance goals, each with the measured values and by how much it is missed."""
+
+    def get(case: str, strategy: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = cases.get(case, {}).get("strategies", {}).get(strategy)
+        return result
+
+    out: list[dict[str, Any]] = []
+    for case, max_depth, max_wa in (("random_40", 2.0, 4.3), ("time_40", 1.5, 2.3), ("time_400", 1.3, 2.0)):
+        r = get(case, ABSORB)
+        if r:
+            depth, wa = r["time_averaged_average_depth"], r["row_write_amplification"]
+            out.append(
+                {
+                    "goal": f"{case}: absorb time-avg depth <= {max_depth:g} at row WA <= {max_wa:g}",
+                    "value": f"depth {depth:.2f} (x{depth / max_depth:.2f} of goal), row WA {wa:.2f} "
+                    f"(x{wa / max_wa:.2f} of goal)",
+                    "met": depth <= max_depth and wa <= max_wa,
+                }
+            )
+    ours, zorder = get("random_400", ABSORB), get("random_400", "z_order")
+    if ours and zorder:
+        wa, z_wa = ours["row_write_amplification"], zorder["row_write_amplification"]
+        depth, z_depth = ours["time_averaged_average_depth"], zorder["time_averaged_average_depth"]
+        out.append(
+            {
+                "goal": "random_400: absorb row WA <= 1/5 of z_order every 5, at no worse time-avg depth",
+                "value": f"row WA {wa:.2f} vs z_order {z_wa:.2f} (ratio {wa / z_wa:.3f}); depth {depth:.2f} vs "
+                f"{z_depth:.2f}",
+                "met": wa <= z_wa / 5 and depth <= z_depth,
+            }
+        )
+    for case in ("random_40", "random_400", "time_40", "time_400"):
+        levels = get(case, LEVELS)
+        variants = [(n, r) for n in ALL_ABSORB if n.startswith(ABSORB) and (r := get(case, n))]
+        if not levels or not variants:
+            continue
+        cheaper = [
+            (n, r) for n, r in variants if r["row_write_amplification"] <= levels["row_write_amplification"] * 1.05
+        ]
+        best = min(cheaper or variants, key=lambda item: item[1]["time_averaged_average_depth"])
+        out.append(
+            {
+                "goal": f"{case}: absorb beats levels on depth at equal (or lower) row WA",
+                "value": f"{best[0]} depth {best[1]['time_averaged_average_depth']:.2f} at row WA "
+                f"{best[1]['row_write_amplification']:.2f} vs levels depth "
+                f"{levels['time_averaged_average_depth']:.2f} at row WA {levels['row_write_amplification']:.2f}",
+                "met": bool(cheaper) and best[1]["time_averaged_average_depth"] < levels["time_averaged_average_depth"],
+            }
+        )
+    return out
+
+
+ABSORB_HEADERS = (
+    "workload",
+    "strategy",
+    "time-avg depth",
+    "mean depth before maint.",
+    "final depth",
+    "row WA",
+    "byte WA",
+    "scan ratio",
+    "maint. s",
+    "files",
+)
+
+
+def absorb_rows(cases: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            case,
+            strategy,
+            r["time_averaged_average_depth"],
+            r["pre_maintenance_average_depth_mean"] or "",
+            r["final_average_depth"],
+            r["row_write_amplification"],
+            r["write_amplification"],
+            r["scan"]["ratio_to_optimum"],
+            r["maintenance_seconds"],
+            r["final_files"],
+        ]
+        for case, workload in cases.items()
+        for strategy, r in workload["strategies"].items()
+    ]
+
+
+def render_absorb(result: dict[str, Any], path: Path | str) -> None:
+    print("\n### absorb suite (issue 11)" + (" (--quick)" if result["quick"] else "") + "\n")
+    for name, case in result["cases"].items():
+        p = case["parameters"]
+        print(
+            f"- {name}: {case['description']}, {p['batches']} appends x {p['rows_per_batch']:,} rows, "
+            f"target_rows {p['target_rows']:,}, z_order every {p['maintenance_every_k']}"
+        )
+    print()
+    print(markdown_table(ABSORB_HEADERS, absorb_rows(result["cases"])))
+    print(
+        "\ntime-avg depth = mean over appends of average_depth after that append's maintenance (what queries see); "
+        "mean depth before maint. = mean of average_depth right before each maintenance (absorb/levels: right "
+        "after each append); row WA = rows written by maintenance / rows appended; byte WA likewise in bytes. "
+        f"absorb runs at the default beta {result['default_beta']:g}; presets quality {PRESET_BETAS['quality']:g}, "
+        f"economy {PRESET_BETAS['economy']:g}. Rows verified equal to the appended rows for every table."
+    )
+    print("\n#### goals\n")
+    for goal in result["goals"]:
+        print(f"- {goal['goal']}: {goal['value']} -> **{met(goal['met'])}**")
+    print(f"\nabsorb suite: {result['seconds']:.0f} s; results in {path}")
+
+
+def main_absorb(quick: bool = False, only: Sequence[str] = ()) -> dict[str, Any]:
+    """The issue-11 suite: every case's strategies on identical appends, goals evaluated."""
+    cases_run = [c for c in (ABSORB_SUITE_QUICK if quick else ABSORB_SUITE) if not only or c.name in only]
+    source = source_state()
+    spark = start_spark()
+    work = Path(tempfile.mkdtemp(prefix="recluster-absorb-bench-"))
+    started = time.perf_counter()
+    by_name = {s.name: s for s in STRATEGIES}
+    result: dict[str, Any] = {
+        **result_header("absorb", quick, source),
+        "default_beta": Settings().selection.resolved_beta,
+        "presets": dict(PRESET_BETAS),
+        "strategies": {s.name: s.description for s in STRATEGIES if s.name in ALL_ABSORB},
+        "cases": {},
+    }
+    cases: dict[str, Any] = result["cases"]
+    name = "absorb-quick" if quick else "absorb"
+    try:
+        warm_up(spark, work, Settings())
+        for number, case in enumerate(cases_run):
+            settings = Settings(clustering=ClusteringSettings(target_rows=case.params.target_rows))
+            log(f"absorb suite: {case.name} {case.params}")
+            for strategy in case.strategies:  # one at a time, the results written after each
+                mark = time.perf_counter()
+                outcome = run_workload(
+                    case.workload,
+                    SEED + 100 + number,
+                    case.params,
+                    [by_name[strategy]],
+                    spark,
+                    settings,
+                    work,
+                    exact_check=quick,
+                )
+                seconds = cases.get(case.name, {}).get("seconds", 0.0) + time.perf_counter() - mark
+                strategies = {**cases.get(case.name, {}).get("strategies", {}), **outcome["strategies"]}
+                cases[case.name] = {
+                    **outcome,
+                    "strategies": strategies,
+                    "parameters": {
+                        "batches": case.params.batches,
+                        "rows_per_batch": case.params.rows,
+                        "maintenance_every_k": case.params.every,
+                        "target_rows": case.params.target_rows,
+                    },
+                    "seconds": seconds,
+                }
+                result["goals"] = absorb_goals(cases)
+                result["seconds"] = time.perf_counter() - started
+                write_results(name, result)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    path = write_results(name, result)
+    render_absorb(result, path)
+    return result
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -1026,8 +1280,17 @@ if __name__ == "__main__":
     parser.add_argument("--only", nargs="*", default=(), help="workloads to run (name prefixes: a b c d)")
     parser.add_argument("--strategies", nargs="*", default=(), help="strategies to run (default: all)")
     parser.add_argument("--report", type=Path, help="print the tables of a stored result JSON; runs nothing")
+    parser.add_argument(
+        "--suite",
+        choices=["anchors", "absorb"],
+        default="anchors",
+        help="anchors: every strategy on workloads a-d; absorb: issue 11's workloads (--only takes case names)",
+    )
     args = parser.parse_args()
     if args.report:
-        render(json.loads(args.report.read_text(encoding="utf-8")), args.report)
+        stored = json.loads(args.report.read_text(encoding="utf-8"))
+        (render_absorb if stored.get("benchmark") == "absorb" else render)(stored, args.report)
+    elif args.suite == "absorb":
+        main_absorb(quick=args.quick, only=args.only)
     else:
         main(quick=args.quick, only=args.only, strategies=args.strategies)

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -41,8 +41,8 @@ from recluster.optimizing import (
 )
 from recluster.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
 from recluster.rounds import SnapshotLoader, selection_bounds
-from recluster.selection import MergeTask, Reason, ReclusterPlan, level_threshold, select_merge_tasks
-from recluster.settings import Settings, SettingsError, TableSettings, table_storage_options
+from recluster.selection import MergeTask, Policy, Reason, ReclusterPlan, level_threshold, select_merge_tasks
+from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection, table_storage_options
 from recluster.table import (
     ClusterKey,
     TableError,
@@ -89,11 +89,13 @@ class TableStatus:
     bytes_appended: int = 0
     pending: bool = False
     error: str | None = None
+    policy: str = Policy.LEVELS
+    """The selection policy serving the table (settings, or its `recluster.policy` property)."""
 
     def __str__(self) -> str:
         levels = " ".join(f"L{s.level}={s.blocks}/{s.average_depth:.2f}/{s.threshold:.1f}" for s in self.levels)
         text = (
-            f"recluster table={self.table} version={self.version} depth={self.average_depth:.3f} "
+            f"recluster table={self.table} version={self.version} policy={self.policy} depth={self.average_depth:.3f} "
             f"levels[blocks/avg/threshold]=({levels}) tasks={self.tasks} conflicts={self.conflicts} "
             f"written={self.bytes_written} appended={self.bytes_appended} pending={self.pending}"
         )
@@ -104,6 +106,7 @@ class TableStatus:
         return {
             "table": self.table,
             "version": self.version,
+            "policy": self.policy,
             "average_depth": self.average_depth,
             "levels": [
                 {"level": s.level, "blocks": s.blocks, "average_depth": s.average_depth, "threshold": s.threshold}
@@ -134,6 +137,8 @@ class TrackedTable:
     data_schema: pa.Schema
     storage_options: dict[str, str] = field(repr=False)
     pending: bool = False
+    awaiting_version: int = -1
+    """The last version our own rewrites committed: no new plan until the state has caught up with it."""
     totals: dict[str, int] = field(default_factory=dict)
     """Since the job started: tasks, conflicts, failures, bytes written and bytes appended (kept on reload)."""
 
@@ -277,6 +282,7 @@ class ReclusterHandler:
         """The table's self-optimizing config from its properties; a malformed property is reported and
         the table is left alone until it is fixed (a property change reloads the table)."""
         try:
+            resolve_selection(self.settings.selection, tracked.properties)  # a bad recluster.policy, too
             return optimizing_config(tracked.properties, self.settings.self_optimizing)
         except SettingsError as error:
             self._publish(TableStatus(tracked.uri, tracked.version, (), 1.0, error=str(error)))
@@ -289,6 +295,8 @@ class ReclusterHandler:
         """Reclustering first (new foreign commits or work left over), then the optimizing triggers."""
         if self.stopping.is_set():
             return None, "stopping"
+        if config.recluster_enabled and tracked.version < tracked.awaiting_version:
+            return None, "awaiting_own_commit"  # a plan on this state would redo our last rewrite
         if config.recluster_enabled and (foreign or tracked.pending):
             if recluster_due(tracked.state.blocks, tracked.snapshot(), self.settings):
                 return ProcessType.RECLUSTER, str(Reason.DEPTH_ABOVE_THRESHOLD)
@@ -434,9 +442,7 @@ class ReclusterHandler:
                 break
             chosen.append(task)
             spent += task.bytes
-        return ReclusterPlan(plan.table, plan.read_version, plan.final, tuple(chosen), plan.skipped), len(chosen) < len(
-            plan.tasks
-        )
+        return replace(plan, tasks=tuple(chosen)), len(chosen) < len(plan.tasks)
 
     def _decide(
         self, tracked: TrackedTable, config: OptimizingConfig | None, kind: ProcessType | None, reason: str
@@ -448,12 +454,14 @@ class ReclusterHandler:
         outcomes: list[CommitOutcome] = []
         batch = OutcomeTotals()
         pending = tracked.pending if kind is None else False
+        beta = bounds.beta if bounds.policy is Policy.ABSORB else None
         if kind is not None and config is not None and not self.stopping.is_set():
             plan = None
             if kind is ProcessType.RECLUSTER:
                 plan, pending = self._budgeted(
                     select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds)
                 )
+                beta = plan.beta
             loader = SnapshotLoader(tracked.uri, tracked.key, tracked.partition_columns, tracked.storage_options)
             _, outcomes, batch = run_process(
                 kind,
@@ -465,8 +473,12 @@ class ReclusterHandler:
                 history=self.history,
                 plan=plan,
             )
-            pending = pending or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
+            # A sliced absorb resumes in the next batch without waiting for a new commit.
+            resume = bounds.policy is Policy.ABSORB and batch.tasks > 0
+            pending = pending or resume or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
         tracked.pending = pending
+        committed = [o.version for o in outcomes if o.status is CommitStatus.COMMITTED and o.version is not None]
+        tracked.awaiting_version = max([tracked.awaiting_version, *committed])
         _add(
             tracked.totals,
             tasks=batch.tasks,
@@ -491,6 +503,7 @@ class ReclusterHandler:
             bytes_written=tracked.totals.get("written", 0),
             bytes_appended=tracked.totals.get("appended", 0),
             pending=pending,
+            policy=bounds.policy,
         )
         self._publish(status)
         log.info("%s", status)
@@ -501,6 +514,8 @@ class ReclusterHandler:
             {s.level: s.threshold for s in levels},
             BatchActions(**vars(batch), duration_seconds=time.monotonic() - started),
             pending=pending,
+            policy=str(bounds.policy),
+            beta=beta,
             reasons=[str(o.task.reason) for o in outcomes] or [reason],
             errors=[f"{o.status}: {o.reason}" for o in outcomes if o.status is not CommitStatus.COMMITTED],
             skipped_events=self.skipped_events,

@@ -145,6 +145,8 @@ class Block:
     partition: Partition = ()
     key_fingerprint: str | None = None
     has_deletion_vector: bool = False
+    modified_ms: int = 0
+    """The add action's modificationTime (ms): the age of an appended file for the `absorb` policy."""
     deleted_rows: int = 0
     """Rows its deletion vector hides (the vector's cardinality in the log)."""
 
@@ -165,7 +167,7 @@ def key_fingerprint(columns: Sequence[str], mode: str = "lexicographic") -> str:
 
 _FILE_NAME = re.compile(
     r"(?:^|/)part-L(?P<level>-1|\d{2})-k(?P<fingerprint>[0-9a-f]{8})-r(?P<run>[0-9a-f]{12})-"
-    r"(?P<uuid>[0-9a-f]{32})\.parquet$"
+    r"(?:h(?P<horizon>[0-9a-f]{12})-)?(?P<uuid>[0-9a-f]{32})\.parquet$"
 )
 
 
@@ -176,12 +178,16 @@ class WrittenFileName:
     level: int
     fingerprint: str
     run_id: str
+    horizon_ms: int | None = None
+    """Written by the `absorb` policy: run_id is the run's age (ms, hex) and this the age of the newest run
+    the absorb takes in, so a sliced absorb can resume from the log alone."""
 
 
-def data_file_name(level: int, fingerprint: str, run_id: str) -> str:
-    """`part-L01-k3f9a1c07-r<run>-<uuid>.parquet`: level and key survive log checkpoints in the name."""
+def data_file_name(level: int, fingerprint: str, run_id: str, horizon_ms: int | None = None) -> str:
+    """`part-L01-k3f9a1c07-r<run>[-h<horizon>]-<uuid>.parquet`: level, key and run survive log checkpoints."""
     level_text = "-1" if level == LEVEL_CONSTANT else f"{min(level, MAX_LEVEL):02d}"
-    return f"part-L{level_text}-k{fingerprint}-r{run_id}-{uuid.uuid4().hex}.parquet"
+    horizon = "" if horizon_ms is None else f"h{horizon_ms:012x}-"
+    return f"part-L{level_text}-k{fingerprint}-r{run_id}-{horizon}{uuid.uuid4().hex}.parquet"
 
 
 def parse_data_file_name(path: str) -> WrittenFileName | None:
@@ -189,7 +195,13 @@ def parse_data_file_name(path: str) -> WrittenFileName | None:
     match = _FILE_NAME.search(path)
     if match is None:
         return None
-    return WrittenFileName(int(match["level"]), match["fingerprint"], match["run"])
+    horizon = None if match["horizon"] is None else int(match["horizon"], 16)
+    return WrittenFileName(int(match["level"]), match["fingerprint"], match["run"], horizon)
+
+
+def age_run_id(age_ms: int) -> str:
+    """The run id of an `absorb` run: its age in milliseconds as 12 hex digits (sorts by age)."""
+    return f"{age_ms:012x}"
 
 
 def new_run_id() -> str:

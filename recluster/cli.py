@@ -121,6 +121,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         limit=args.limit,
         dry_run=args.dry_run,
         as_json=args.json,
+        policy=args.policy,
+        beta=args.beta,
     )
 
 
@@ -135,6 +137,8 @@ def _recluster(
     dry_run: bool,
     as_json: bool,
     where_offset: int = 0,
+    policy: str | None = None,
+    beta: float | None = None,
 ) -> int:
     from recluster.merge import spark_session
     from recluster.rounds import recluster_table, snapshot_loader
@@ -142,6 +146,8 @@ def _recluster(
 
     if limit is not None and limit < 1:
         raise UsageError("--limit must be a positive number of files")
+    if beta is not None and not beta > 0:
+        raise UsageError(f"--beta must be a positive number (got {beta:g})")
     loader = snapshot_loader(uri, settings, cluster_by)
     block_filter = None
     if where:
@@ -162,6 +168,8 @@ def _recluster(
             file_limit=limit,
             dry_run=dry_run,
             progress=progress if console.is_terminal else None,
+            policy=policy,
+            beta=beta,
         )
     if as_json:
         print_json(result.to_dict())
@@ -177,7 +185,8 @@ def render_result(result: ReclusterResult, out: Console) -> None:
     out.print(
         f"rounds={result.rounds} tasks={result.tasks} files -{result.files_removed} +{result.files_added} "
         f"read={result.bytes_read / 1e6:.1f}MB written={result.bytes_written / 1e6:.1f}MB "
-        f"rows={result.rows_rewritten:,} conflicts={result.conflicts} stop={result.stop_reason} "
+        f"rows={result.rows_rewritten:,} conflicts={result.conflicts} policy={result.policy} "
+        f"stop={result.stop_reason} "
         f"({result.seconds:.1f}s)",
         markup=False,
         highlight=False,
@@ -785,6 +794,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--where", metavar="EXPR", help="only files whose key/partition stats may match EXPR")
     run.add_argument("--limit", type=int, metavar="N", help="rewrite at most N files in this run")
     run.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    run.add_argument(
+        "--policy",
+        choices=["levels", "absorb"],
+        help="selection policy for this run (default: table property recluster.policy, else selection.policy)",
+    )
+    run.add_argument(
+        "--beta",
+        type=float,
+        metavar="B",
+        help="absorb: a run absorbs the newer runs once they hold B x its overlapped rows (selection.beta)",
+    )
     _common(run)
     run.set_defaults(handler=cmd_run)
 

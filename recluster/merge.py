@@ -201,12 +201,14 @@ def file_segments(
     target_rows: int,
     files: int,
     inner_starts: npt.NDArray[np.int64] | None = None,
+    forced: Sequence[int] = (),
 ) -> list[tuple[int, int]]:
     """[start, stop) row ranges of the output files of one sorted partition.
 
     About `files` even pieces, cut only at run starts. A run of >= target_rows rows (one heavy value) is
     split inside: at `inner_starts` (full-key changes, when runs are of the first key column) into pieces
     that each hold that one first-column value, or else into constant pieces of >= target_rows (level -1).
+    `forced` are cut positions that must be kept (run starts: see `split_positions`).
     """
     if rows == 0:
         return []
@@ -232,6 +234,7 @@ def file_segments(
             run_starts[right],
         )
         cuts.update(int(c) for c in nearest)
+    cuts.update(forced)
     bounds = [0, *sorted(c for c in cuts if 0 < c < rows), rows]
     return list(itertools.pairwise(bounds))
 
@@ -350,6 +353,20 @@ class OutputSpec:
     target_rows: int
     target_file_bytes: int
     bytes_per_row: float
+    horizon_ms: int | None = None
+    split_values: tuple[Any, ...] = ()
+
+
+def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -> list[int]:
+    """Row positions in a sorted (NULLs first) column just before and just after each value's rows: cutting
+    there keeps the output files apart from a file holding exactly that value range (absorb's neighbours)."""
+    positions = []
+    nulls = column.null_count
+    for value in values:
+        scalar = pa.scalar(value).cast(column.type)
+        positions.append(nulls + int(pc.sum(pc.less(column, scalar)).as_py() or 0))
+        positions.append(nulls + int(pc.sum(pc.less_equal(column, scalar)).as_py() or 0))
+    return positions
 
 
 def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -371,6 +388,7 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
         spec.target_rows,
         max(1, files_by_rows, files_by_bytes),
         inner_starts=run_starts if len(spec.key) > 1 else None,
+        forced=split_positions(table.column(spec.key[0]), spec.split_values),
     )
     filesystem = table_filesystem(spec.table_root, spec.storage_options)
     results = []
@@ -379,7 +397,7 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
         stats = delta_stats(piece, spec.stats_columns)
         constant = not np.any((run_starts > start) & (run_starts < stop))  # one key value only
         level = LEVEL_CONSTANT if constant and piece.num_rows >= spec.target_rows else spec.output_level
-        relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id))
+        relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id, spec.horizon_ms))
         location = file_location(spec.table_root, relative)
         if os.path.dirname(location):
             filesystem.create_dir(os.path.dirname(location), recursive=True)  # object stores: no request
@@ -445,10 +463,12 @@ def execute_task(
         stats_columns=tuple(stats_columns(data_schema, properties)),
         output_level=task.output_level,
         fingerprint=fingerprint,
-        run_id=run_id,
+        run_id=task.output_run or run_id,
         target_rows=target_rows,
         target_file_bytes=target_file_bytes,
         bytes_per_row=task.bytes / max(task.rows, 1),
+        horizon_ms=task.horizon_ms,
+        split_values=task.split_values,
     )
     # Range-partition on the first key column only, so that one of its values never spans two partitions.
     sorted_frame = frame.repartitionByRange(partitions, order[0]).sortWithinPartitions(*order)

@@ -56,12 +56,19 @@ class MetricsRecord(_Record):
     time: dt.datetime
     table: str
     version: int = Field(description="Delta version the clustering figures describe")
-    policy: str = "levels"
+    policy: str = Field("levels", description="the selection policy that acted: levels or absorb")
+    beta: float | None = Field(
+        None, description="absorb: the beta it decided with (after the depth-target controller); null for levels"
+    )
     table_metrics: ClusteringMetrics = Field(description="whole-table figures, as `recluster info --json` prints them")
     levels: list[LevelRecord]
     actions: BatchActions
     pending: bool = Field(description="work left for the next batch (budget reached or a conflict)")
-    reasons: list[str] = Field(default_factory=list, description="reason codes of the tasks run")
+    reasons: list[str] = Field(
+        default_factory=list,
+        description="reason codes of the tasks run (levels: depth_above_threshold, unclustered; absorb: "
+        "absorb_ratio, absorb_resume, unclustered)",
+    )
     errors: list[str] = Field(default_factory=list)
     skipped_events: int = Field(0, description="malformed commit events skipped in this batch (Kafka source)")
 
@@ -74,6 +81,8 @@ def metrics_record(
     actions: BatchActions,
     *,
     pending: bool,
+    policy: str = "levels",
+    beta: float | None = None,
     reasons: Iterable[str] = (),
     errors: Iterable[str] = (),
     skipped_events: int = 0,
@@ -82,6 +91,8 @@ def metrics_record(
         time=dt.datetime.now(dt.UTC),
         table=table,
         version=version,
+        policy=policy,
+        beta=beta,
         table_metrics=info.table,
         levels=[
             LevelRecord(level=level, threshold=thresholds.get(level, 1.0), metrics=metrics)

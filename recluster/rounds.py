@@ -18,8 +18,8 @@ from recluster.api import open_checked_table
 from recluster.blocks import LEVEL_CONSTANT, Block, new_run_id
 from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
-from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
-from recluster.settings import Settings
+from recluster.selection import MergeTask, Policy, ReclusterPlan, SelectionBounds, select_merge_tasks
+from recluster.settings import Settings, resolve_selection
 from recluster.table import (
     ClusterKey,
     TableSnapshot,
@@ -54,6 +54,8 @@ class ReclusterResult:
     after: ClusteringInfo
     plans: tuple[ReclusterPlan, ...] = field(default=())
     seconds: float = 0.0
+    policy: str = Policy.LEVELS
+    """The selection policy that planned the rounds."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class ReclusterResult:
             "conflicts": self.conflicts,
             "failures": self.failures,
             "stop_reason": self.stop_reason,
+            "policy": self.policy,
             "seconds": self.seconds,
             "before": self.before.to_dict(),
             "after": self.after.to_dict(),
@@ -75,8 +78,17 @@ class ReclusterResult:
         }
 
 
-def selection_bounds(settings: Settings, snapshot: TableSnapshot, files_left: int | None) -> SelectionBounds:
+def selection_bounds(
+    settings: Settings,
+    snapshot: TableSnapshot,
+    files_left: int | None,
+    *,
+    policy: str | None = None,
+    beta: float | None = None,
+) -> SelectionBounds:
+    """Selection inputs for one table: settings, the table's `recluster.policy`, then `policy`/`beta`."""
     clustering = settings.clustering
+    selection = resolve_selection(settings.selection, snapshot.properties, policy=policy, beta=beta)
     max_files = clustering.max_merge_files if files_left is None else min(clustering.max_merge_files, files_left)
     return SelectionBounds(
         depth_ratio=clustering.depth_ratio,
@@ -85,6 +97,9 @@ def selection_bounds(settings: Settings, snapshot: TableSnapshot, files_left: in
         max_task_files=max(max_files, 1),
         max_tasks=clustering.max_tasks_per_round,
         key_fingerprint=snapshot.key.fingerprint,
+        policy=Policy(selection.policy),
+        beta=selection.resolved_beta,
+        target_depth=selection.target_depth,
     )
 
 
@@ -190,8 +205,12 @@ def recluster_table(
     file_limit: int | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
+    policy: str | None = None,
+    beta: float | None = None,
 ) -> ReclusterResult:
-    """One round, or FINAL rounds until within threshold, no progress, the file limit or max rounds."""
+    """One round, or FINAL rounds until within threshold, no progress, the file limit or max rounds.
+
+    `policy`/`beta` override the settings and the table property for this run."""
     started = time.monotonic()
     run_id = new_run_id()
     snapshot = snapshot_loader()
@@ -209,9 +228,8 @@ def recluster_table(
             stop_reason = "file_limit"
             break
         candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
-        plan = select_merge_tasks(
-            uri, snapshot.version, candidates, selection_bounds(settings, snapshot, files_left), final=final
-        )
+        bounds = selection_bounds(settings, snapshot, files_left, policy=policy, beta=beta)
+        plan = select_merge_tasks(uri, snapshot.version, candidates, bounds, final=final)
         plans.append(plan)
         log.info("recluster plan table=%s round=%d tasks=%d", uri, rounds + 1, len(plan.tasks))
         if plan.empty:
@@ -254,6 +272,7 @@ def recluster_table(
         after=clustering_info(snapshot.blocks),
         plans=tuple(plans),
         seconds=time.monotonic() - started,
+        policy=plans[-1].policy if plans else Policy.LEVELS,
         **vars(totals),
     )
 

@@ -27,6 +27,13 @@ MIB = 1 << 20
 
 CLUSTER_BY_PROPERTY = "recluster.clusterBy"
 """Table property holding the cluster key, written by `ALTER TABLE t CLUSTER BY (a, b)`."""
+POLICY_PROPERTY = "recluster.policy"
+"""Table property choosing the selection policy of one table (`levels` or `absorb`)."""
+
+PolicyName = Literal["levels", "absorb"]
+POLICIES: tuple[PolicyName, ...] = ("levels", "absorb")
+PRESET_BETAS: dict[str, float] = {"quality": 0.2, "economy": 1.0}
+"""`selection.preset`: the beta each preset stands for (their measured effect is in README, Performance)."""
 
 
 class SettingsError(ValueError):
@@ -53,6 +60,47 @@ class ClusteringSettings(_Section):
     max_tasks_per_round: int = Field(4, ge=1)
     max_final_rounds: int = Field(100, ge=1)
     """FINAL stops after this many rounds even if it still makes progress."""
+
+
+class SelectionSettings(_Section):
+    """Which selection policy plans the rounds (DESIGN §5), and the `absorb` policy's one knob."""
+
+    policy: PolicyName = "absorb"
+    """`absorb` (overlap-aware ratio rule; the default: shallower than `levels` at equal rewriting on the
+    benchmark) or `levels` (Databend's per-level thresholds); per table, the table property
+    `recluster.policy` overrides it."""
+    beta: float = Field(0.35, gt=0)
+    """absorb: a run absorbs all newer runs once they hold beta x the rows of its files they overlap.
+    Lower: shallower tables, more rewriting (default chosen by `python -m bench.compare --suite absorb`)."""
+    preset: Literal["quality", "economy"] | None = None
+    """Sets beta: quality = 0.2, economy = 1.0 (overrides `beta`)."""
+    target_depth: float | None = Field(None, ge=1)
+    """absorb: scale beta by target_depth / average_depth (at most 8x either way), so the table is held
+    near this depth instead of at a fixed ratio."""
+
+    @property
+    def resolved_beta(self) -> float:
+        return PRESET_BETAS[self.preset] if self.preset else self.beta
+
+
+def resolve_selection(
+    selection: SelectionSettings,
+    properties: Mapping[str, str],
+    *,
+    policy: str | None = None,
+    beta: float | None = None,
+) -> SelectionSettings:
+    """The selection for one table: `policy`/`beta` (CLI) over the table property over the settings."""
+    chosen = policy or properties.get(POLICY_PROPERTY) or selection.policy
+    if chosen not in POLICIES:
+        source = "--policy" if policy else f"table property {POLICY_PROPERTY}"
+        raise SettingsError(f"{source} must be one of {', '.join(POLICIES)} (got {chosen!r})")
+    if beta is not None and not beta > 0:
+        raise SettingsError(f"--beta must be a positive number (got {beta!r})")
+    updates: dict[str, Any] = {"policy": chosen}
+    if beta is not None:
+        updates.update(beta=beta, preset=None)
+    return selection.model_copy(update=updates)
 
 
 class SparkSettings(_Section):
@@ -255,6 +303,7 @@ class Settings(BaseSettings):
     """delta-rs storage options for every table (per-table options are merged on top): credentials, endpoint,
     region, `conditional_put`; they may hold secrets, so they are never printed or logged."""
     clustering: ClusteringSettings = ClusteringSettings()
+    selection: SelectionSettings = SelectionSettings()
     spark: SparkSettings = SparkSettings()
     commit: CommitSettings = CommitSettings()
     stream: StreamSettings = StreamSettings()

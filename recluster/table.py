@@ -442,6 +442,16 @@ def _log_value(
     return True, (None if null_count else low), high
 
 
+def _epoch_ms(value: Any) -> int:
+    """modificationTime as epoch milliseconds (delta-rs gives int64 ms; a timestamp type is converted)."""
+    if value is None:
+        return 0
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return int(aware.timestamp() * 1000)
+    return int(value)
+
+
 def blocks_from_actions(
     actions: pa.Table,
     key: ClusterKey,
@@ -453,6 +463,7 @@ def blocks_from_actions(
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
     rows = _column(actions, "num_records") or [None] * len(paths)
+    modified = _column(actions, "modification_time") or [0] * len(paths)
     per_column = [
         (_column(actions, f"min.{c}"), _column(actions, f"max.{c}"), _column(actions, f"null_count.{c}"))
         for c in key.names
@@ -489,6 +500,7 @@ def blocks_from_actions(
                 partition=partition,
                 key_fingerprint=written.fingerprint if written else None,
                 has_deletion_vector=bool(deletion_vectors and deletion_vectors[i]),
+                modified_ms=_epoch_ms(modified[i]),
                 deleted_rows=int(cardinality[i] or 0) if cardinality else 0,
             )
         )
@@ -553,9 +565,18 @@ def commit_rewrite(
     """One transaction: remove the inputs, add the outputs, all with dataChange=false.
 
     `table` must be at the version the rewrite read: delta-rs's conflict checker then fails the commit
-    when a concurrent transaction removed one of the inputs (delete/update/another rewrite), while a
-    concurrent append goes through. Returns the committed version.
+    when a concurrent transaction removed one of the inputs (delete/update), while a concurrent append goes
+    through. It does not see removes with dataChange=false: a rewrite planned on a stale snapshot (our own
+    earlier rewrite of the same inputs not yet seen) would commit and duplicate rows, so the inputs are
+    first checked to be live in the latest version. Returns the committed version.
     """
+    read_version = table.version()
+    table.update_incremental()
+    live = {unquote(path) for path in pa.table(table.get_add_actions()).column("path").to_pylist()}
+    gone = [block.path for block in removed if unquote(block.path) not in live]
+    if gone:
+        raise CommitConflict(f"{len(gone)} input file(s) removed after version {read_version}, e.g. {gone[0]}")
+    table.load_as_version(read_version)
     now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
         RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed
@@ -647,6 +668,7 @@ def blocks_from_log_adds(
             "path": add["path"],
             "size_bytes": int(add.get("size", 0)),
             "num_records": stats.get("numRecords"),
+            "modification_time": int(add.get("modificationTime") or 0),
             "deletionVector": add.get("deletionVector") is not None,
             "deletionVector.cardinality": (add.get("deletionVector") or {}).get("cardinality"),
         }

@@ -18,6 +18,7 @@ from recluster.selection import level_threshold
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
+    SelectionSettings,
     Settings,
     StreamSettings,
     TableSettings,
@@ -31,6 +32,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 def settings_for(checkpoint: Path, tables: list[str]) -> Settings:
     return Settings(
         clustering=ClusteringSettings(target_rows=5_000),
+        selection=SelectionSettings(policy="levels"),  # assert_within_thresholds checks the levels policy
         stream=StreamSettings(
             checkpoint_location=str(checkpoint), trigger_interval_seconds=0.2, starting_version="earliest"
         ),

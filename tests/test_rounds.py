@@ -14,13 +14,16 @@ from recluster.blocks import parse_data_file_name
 from recluster.commit import CommitStatus, commit_task
 from recluster.rounds import recluster_table, snapshot_loader, write_task
 from recluster.selection import select_merge_tasks
-from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
+from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings
 from recluster.table import set_table_properties
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.spark
 
-SETTINGS = Settings(clustering=ClusteringSettings(target_rows=6_000, max_tasks_per_round=2))
+SETTINGS = Settings(
+    clustering=ClusteringSettings(target_rows=6_000, max_tasks_per_round=2),
+    selection=SelectionSettings(policy="levels"),  # these tests check the levels policy's rounds
+)
 
 
 def append(path: Path, table: pa.Table) -> None:

@@ -612,6 +612,6 @@ def test_plan_str_names_every_reason() -> None:
     ]
     plan = plan_of(specs, SelectionBounds(0.0, 1.0, HUGE, HUGE, HUGE, CURRENT))
     text = str(plan)
-    assert text.splitlines()[0] == "plan table=t read_version=7 tasks=2"
+    assert text.splitlines()[0] == "plan table=t read_version=7 policy=levels tasks=2"
     for reason in (Reason.UNCLUSTERED, Reason.DEPTH_ABOVE_THRESHOLD, Reason.DELETION_VECTOR, Reason.OLDER_KEY):
         assert f"reason={reason.value}" in text

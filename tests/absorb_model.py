@@ -1,0 +1,110 @@
+"""A pure model of tables under the `absorb` policy: files hold real keys, a merge sorts and cuts them as
+recluster/merge.py does (at target_rows, where the key changes, and at the task's split values)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from recluster.blocks import Block, KeyColumn, KeyType, data_file_name, encode_key, key_fingerprint
+from recluster.metrics import clustering_info
+from recluster.selection import MergeTask, Policy, ReclusterPlan, SelectionBounds, select_merge_tasks
+
+KEY = (KeyColumn("k", KeyType.INTEGER),)
+FINGERPRINT = key_fingerprint(["k"])
+
+
+def make_block(path: str, keys: np.ndarray, modified_ms: int, level: int = 0) -> Block:
+    low, high = int(keys.min()), int(keys.max())
+    return Block(
+        path=path,
+        rows=len(keys),
+        bytes=len(keys) * 8,
+        min_key=encode_key((low,), KEY),
+        max_key=encode_key((high,), KEY),
+        min_values=(low,),
+        max_values=(high,),
+        level=level,
+        key_fingerprint=None if level == 0 else FINGERPRINT,
+        modified_ms=modified_ms,
+    )
+
+
+def cut_sorted(keys: np.ndarray, target_rows: int, split_values: Sequence[int]) -> list[np.ndarray]:
+    """Pieces of a sorted key array: about target_rows each, cut only where the key changes, and just
+    below and above every split value."""
+    if not len(keys):
+        return []
+    changes = np.flatnonzero(np.diff(keys)) + 1
+    cuts: set[int] = set()
+    pieces = max(1, round(len(keys) / target_rows))
+    for j in range(1, pieces):
+        ideal = len(keys) * j // pieces
+        if len(changes):
+            cuts.add(int(changes[np.argmin(np.abs(changes - ideal))]))
+    for value in split_values:
+        cuts.add(int(np.searchsorted(keys, value, side="left")))
+        cuts.add(int(np.searchsorted(keys, value, side="right")))
+    bounds = [0, *sorted(c for c in cuts if 0 < c < len(keys)), len(keys)]
+    return [keys[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@dataclass
+class ModelTable:
+    """Files (path -> keys) plus their blocks; rows rewritten and appended are counted."""
+
+    target_rows: int
+    keys: dict[str, np.ndarray] = field(default_factory=dict)
+    blocks: dict[str, Block] = field(default_factory=dict)
+    clock: int = 1_000
+    appended: int = 0
+    rewritten: int = 0
+    serial: int = 0
+
+    def append(self, keys: np.ndarray) -> None:
+        self.clock += 1_000
+        self.serial += 1
+        path = f"part-{self.serial:05d}-append.parquet"
+        self.keys[path] = np.asarray(keys, dtype=np.int64)
+        self.blocks[path] = make_block(path, self.keys[path], self.clock)
+        self.appended += len(keys)
+
+    def merge(self, task: MergeTask) -> list[str]:
+        """Apply one task: its files' keys sorted and cut; returns the new paths."""
+        self.clock += 1
+        merged = np.sort(np.concatenate([self.keys.pop(b.path) for b in task.files]))
+        for block in task.files:
+            del self.blocks[block.path]
+        self.rewritten += len(merged)
+        paths = []
+        for piece in cut_sorted(merged, self.target_rows, task.split_values):
+            path = data_file_name(task.output_level, FINGERPRINT, task.output_run or "0" * 12, task.horizon_ms)
+            self.keys[path] = piece
+            self.blocks[path] = make_block(path, piece, self.clock, task.output_level)
+            paths.append(path)
+        return paths
+
+    def plan(self, bounds: SelectionBounds) -> ReclusterPlan:
+        return select_merge_tasks("t", self.serial, list(self.blocks.values()), bounds)
+
+    def round(self, bounds: SelectionBounds) -> ReclusterPlan:
+        plan = self.plan(bounds)
+        for task in plan.tasks:
+            self.merge(task)
+        return plan
+
+    @property
+    def average_depth(self) -> float:
+        return clustering_info(list(self.blocks.values())).table.average_depth
+
+    def all_keys(self) -> np.ndarray:
+        return np.sort(np.concatenate(list(self.keys.values()))) if self.keys else np.zeros(0, dtype=np.int64)
+
+
+def absorb_bounds(
+    beta: float = 1.0, max_bytes: int = 1 << 60, max_files: int = 1 << 30, tasks: int = 4
+) -> SelectionBounds:
+    return SelectionBounds(0.1, 16.0, max_bytes, max_files, tasks, FINGERPRINT, policy=Policy.ABSORB, beta=beta)
