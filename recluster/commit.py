@@ -22,7 +22,6 @@ from recluster.table import (
     commit_safety_problem,
     committed_with,
     delete_files,
-    table_at,
 )
 
 log = logging.getLogger(__name__)
@@ -93,8 +92,7 @@ def commit_task(
     delay = settings.backoff_seconds
     for attempt in range(1, settings.max_attempts + 1):
         try:
-            table = table_at(table_uri, storage_options, read_version)
-            version = commit_rewrite(table, task.files, files, metadata)
+            version = commit_rewrite(table_uri, storage_options, read_version, task.files, files, metadata)
             return CommitOutcome(task, CommitStatus.COMMITTED, version, files)
         except CommitConflict as conflict:
             delete_files(table_uri, [f.path for f in files], storage_options)

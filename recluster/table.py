@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, RemoveAction
@@ -556,46 +557,74 @@ class WrittenFile:
     level: int
 
 
+REWRITE_APP_ID = "recluster-rewrite"
+"""Application transaction id every rewrite of ours carries: two rewrites overlapping in time then always
+conflict in delta-rs (ConcurrentTransaction), which otherwise does not check removes with dataChange=false
+against each other."""
+REWRITE_COMMIT_ATTEMPTS = 8
+
+
+def rewrite_invalidated(latest: DeltaTable, removed: Sequence[Block], read_schema: str) -> str | None:
+    """Why a rewrite read at an older version cannot commit on `latest` (None: it can): an input is no
+    longer live or got a deletion vector (deleted rows would come back), or the schema changed."""
+    actions = pa.table(latest.get_add_actions(flatten=True))
+    dv_columns = [n for n in actions.column_names if n.lower().startswith(("deletionvector", "deletion_vector"))]
+    vectors = _column(actions, dv_columns[0]) if dv_columns else None
+    live = {unquote(path): bool(vectors and vectors[i]) for i, path in enumerate(actions.column("path").to_pylist())}
+    gone = [b.path for b in removed if unquote(b.path) not in live or live[unquote(b.path)] != b.has_deletion_vector]
+    if gone:
+        return f"{len(gone)} input file(s) removed or changed by version {latest.version()}, e.g. {gone[0]}"
+    if latest.schema().to_json() != read_schema:
+        return f"the table schema changed by version {latest.version()}"
+    return None
+
+
 def commit_rewrite(
-    table: DeltaTable,
+    table_uri: str,
+    storage_options: Mapping[str, str] | None,
+    read_version: int,
     removed: Sequence[Block],
     added: Sequence[WrittenFile],
     metadata: Mapping[str, str],
 ) -> int:
-    """One transaction: remove the inputs, add the outputs, all with dataChange=false.
+    """One transaction: remove the inputs, add the outputs, all with dataChange=false. Returns its version.
 
-    `table` must be at the version the rewrite read: delta-rs's conflict checker then fails the commit
-    when a concurrent transaction removed one of the inputs (delete/update), while a concurrent append goes
-    through. It does not see removes with dataChange=false: a rewrite planned on a stale snapshot (our own
-    earlier rewrite of the same inputs not yet seen) would commit and duplicate rows, so the inputs are
-    first checked to be live in the latest version. Returns the committed version.
+    Each attempt checks the rewrite against the latest version L (inputs live and unchanged, same schema as
+    at `read_version`), then commits anchored at L with our application transaction id. Whatever commits
+    between L and ours makes delta-rs fail the attempt if it matters: a delete/update of an input
+    (ConcurrentDeleteRead), a schema change (MetadataChanged), another rewrite of ours (ConcurrentTransaction);
+    the next attempt re-checks. A concurrent append goes through. Raises CommitConflict when the rewrite is
+    invalidated or the table kept changing.
     """
-    read_version = table.version()
-    table.update_incremental()
-    live = {unquote(path) for path in pa.table(table.get_add_actions()).column("path").to_pylist()}
-    gone = [block.path for block in removed if unquote(block.path) not in live]
-    if gone:
-        raise CommitConflict(f"{len(gone)} input file(s) removed after version {read_version}, e.g. {gone[0]}")
-    table.load_as_version(read_version)
-    now = int(time.time() * 1000)
-    actions: list[AddAction | RemoveAction] = [
-        RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed
-    ]
-    actions.extend(
-        AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str)) for f in added
-    )
-    partition_by = list(table.metadata().partition_columns)
-    try:
-        table.create_write_transaction(
-            actions,
-            mode="append",
-            schema=table.schema(),
-            partition_by=partition_by or None,
-            commit_properties=CommitProperties(custom_metadata=dict(metadata)),
+    read_schema = table_at(table_uri, storage_options, read_version).schema().to_json()
+    for attempt in range(REWRITE_COMMIT_ATTEMPTS):
+        latest = open_table(table_uri, storage_options)
+        problem = rewrite_invalidated(latest, removed, read_schema)
+        if problem:
+            raise CommitConflict(problem)
+        now = int(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = [
+            RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed
+        ]
+        actions.extend(
+            AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str)) for f in added
         )
-    except CommitFailedError as error:
-        raise CommitConflict(_first_line(error)) from None
-    return table.version()
+        partition_by = list(latest.metadata().partition_columns)
+        try:
+            latest.create_write_transaction(
+                actions,
+                mode="append",
+                schema=latest.schema(),
+                partition_by=partition_by or None,
+                commit_properties=CommitProperties(
+                    custom_metadata=dict(metadata), app_transactions=[Transaction(REWRITE_APP_ID, now, now)]
+                ),
+            )
+            return latest.version()
+        except CommitFailedError as error:
+            log.info("rewrite commit attempt=%d conflicted (%s): re-checking", attempt + 1, _first_line(error))
+            time.sleep(0.05 * (attempt + 1) * (0.5 + random.random()))
+    raise CommitConflict(f"the table kept changing: {REWRITE_COMMIT_ATTEMPTS} commit attempts conflicted")
 
 
 def committed_with(

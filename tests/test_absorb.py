@@ -375,7 +375,7 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
 def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
     """delta-rs does not see a concurrent remove with dataChange=false as a conflict: two rewrites of one file,
     both anchored to the version before either, would both commit and duplicate its rows. The second must fail."""
-    from recluster.table import CommitConflict, WrittenFile, commit_rewrite, table_at
+    from recluster.table import CommitConflict, WrittenFile, commit_rewrite
 
     path = tmp_path / "t"
     data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
@@ -389,9 +389,47 @@ def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
 
     def rewrite(name: str) -> int:
         output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
-        return commit_rewrite(table_at(str(path), {}, snapshot.version), [block], [output], {})
+        return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {})
 
     rewrite("a")
-    with pytest.raises(CommitConflict, match="removed after version"):
+    with pytest.raises(CommitConflict, match="removed or changed by version"):
         rewrite("b")
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
+
+
+def test_two_rewrites_racing_past_the_liveness_check_cannot_both_commit(tmp_path: Path, monkeypatch):
+    """The liveness check alone leaves a window: another rewrite of ours commits between the check and the
+    commit. Every rewrite carries our application transaction id, so delta-rs fails the later one, which then
+    re-checks, finds its input gone and gives up."""
+    import recluster.table as table_module
+    from recluster.table import CommitConflict, WrittenFile, commit_rewrite
+
+    path = tmp_path / "t"
+    data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
+    write_deltalake(str(path), data)
+    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    snapshot = snapshot_loader(str(path), Settings(), None)()
+    (block,) = snapshot.blocks
+    for name in ("a", "b"):
+        (path / f"{name}.parquet").write_bytes((path / block.path).read_bytes())
+    stats = {"numRecords": 3, "minValues": {"k": 1}, "maxValues": {"k": 3}, "nullCount": {"k": 0}}
+
+    def rewrite(name: str) -> int:
+        output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
+        return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {})
+
+    real_check = table_module.rewrite_invalidated
+    raced: list[str] = []
+
+    def check_then_lose_the_race(latest, removed, read_schema):  # type: ignore[no-untyped-def]
+        problem = real_check(latest, removed, read_schema)
+        if not raced:
+            raced.append("b")
+            rewrite("b")  # passes its own check and commits right after ours passed
+        return problem
+
+    monkeypatch.setattr(table_module, "rewrite_invalidated", check_then_lose_the_race)
+    with pytest.raises(CommitConflict, match="removed or changed"):
+        rewrite("a")
+    assert raced and row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
+    assert [p for p in DeltaTable(str(path)).file_uris() if p.endswith("b.parquet")]
