@@ -197,6 +197,7 @@ def recluster_table(
                 {"round": rounds, "tasks": len(plan.tasks), "bytes": sum(t.bytes for t in plan.tasks)},
             )
         depth_before = final_pool_depth(candidates)
+        conflicts_before = totals.conflicts
         for outcome in execute_plan(spark, plan, snapshot, settings=settings, run_id=run_id):
             totals.add(outcome)
             log.info("recluster %s table=%s %s", outcome, uri, outcome.task)
@@ -207,7 +208,8 @@ def recluster_table(
             stop_reason = "round_done"
             break
         after_candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
-        if final_pool_depth(after_candidates) >= depth_before:
+        # A round that lost a commit to a concurrent change re-plans on the new snapshot (bounded by max_rounds)
+        if final_pool_depth(after_candidates) >= depth_before and totals.conflicts == conflicts_before:
             stop_reason = "no_progress"
             log.warning("recluster final loop stop reason=no_progress table=%s round=%d", uri, rounds)
             break

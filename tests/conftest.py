@@ -13,6 +13,10 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", help="tests/reliability: the long soak mode (not for CI)")
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from recluster.merge import spark_session
