@@ -154,12 +154,23 @@ def resolve_cluster_key(table: DeltaTable, cluster_by: Sequence[str] | None, uri
     return ClusterKey(tuple(columns))
 
 
+def _has_variant(schema_node: Any) -> bool:
+    """Whether a Delta schema (JSON) has a column of variant type anywhere (names and metadata aside)."""
+    if isinstance(schema_node, dict):
+        return any(_has_variant(v) for k, v in schema_node.items() if k not in ("name", "metadata"))
+    if isinstance(schema_node, list):
+        return any(_has_variant(v) for v in schema_node)
+    return bool(schema_node == "variant")
+
+
 def check_supported(table: DeltaTable) -> None:
     """Refuse tables whose layout this engine cannot rewrite correctly."""
     mode = table.metadata().configuration.get("delta.columnMapping.mode", "none")
     if mode != "none":
         raise TableError(f"column mapping mode {mode!r} is not supported (files use physical column names)")
     features = set(table.protocol().reader_features or []) - SUPPORTED_READER_FEATURES
+    if "variantType" in features and not _has_variant(json.loads(table.schema().to_json())):
+        features.discard("variantType")  # delta-rs adds it on any property change of a table with features
     if features:
         raise TableError(f"unsupported Delta reader features: {', '.join(sorted(features))}")
 
