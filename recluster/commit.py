@@ -21,7 +21,6 @@ from recluster.table import (
     commit_rewrite,
     committed_with,
     delete_files,
-    table_at,
 )
 
 log = logging.getLogger(__name__)
@@ -88,15 +87,15 @@ def commit_task(
     delay = settings.backoff_seconds
     for attempt in range(1, settings.max_attempts + 1):
         try:
-            table = table_at(table_uri, storage_options, read_version)
-            version = commit_rewrite(table, task.files, files, metadata)
+            version = commit_rewrite(table_uri, storage_options, read_version, task.files, files, metadata)
             return CommitOutcome(task, CommitStatus.COMMITTED, version, files)
         except CommitConflict as conflict:
             delete_files(table_uri, [f.path for f in files], storage_options)
             return CommitOutcome(task, CommitStatus.CONFLICT, None, files, f"concurrent_change: {conflict}")
         except (DeltaError, OSError) as error:
-            if committed_with(table_uri, storage_options, TASK_ID_KEY, task_id, read_version):
-                return CommitOutcome(task, CommitStatus.COMMITTED, None, files, "committed_before_error")
+            earlier = committed_with(table_uri, storage_options, {TASK_ID_KEY: task_id}, read_version)
+            if earlier is not None:
+                return CommitOutcome(task, CommitStatus.COMMITTED, earlier, files, "committed_before_error")
             log.warning("commit attempt=%d task=%s error=%s", attempt, task_id, error)
             if attempt < settings.max_attempts:
                 time.sleep(min(delay, settings.max_backoff_seconds) * (0.5 + random.random()))

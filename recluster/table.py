@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction, Transaction
 
 from recluster.blocks import (
     Block,
@@ -401,17 +401,49 @@ class WrittenFile:
     level: int
 
 
+REWRITE_APP_ID = "recluster"
+"""Every rewrite commits a SetTransaction of this app id: delta-rs then fails a rewrite that raced another one."""
+MAX_REWRITE_ATTEMPTS = 20
+
+
+def rewrite_conflict(
+    table_uri: str, storage_options: Mapping[str, str] | None, paths: Sequence[str], after: int, through: int
+) -> str | None:
+    """Why a rewrite of `paths` may not commit over versions after..through, or None: one of them removed an
+    input file (whatever its dataChange: delta-rs does not fail a commit over another rewrite's removes), changed
+    the metadata or protocol, or is no longer in the log."""
+    from triggers.delta_log import LOG_GAP, CommitRange, commit_rows
+
+    inputs = {unquote(p) for p in paths}
+    options = tuple(sorted((storage_options or {}).items()))
+    for _, version, _, operation, _, _, _, _, _, removes, metadata_changed in commit_rows(
+        CommitRange(table_uri, after + 1, through, options)
+    ):
+        if operation == LOG_GAP:
+            return f"commit {version} is no longer in the log"
+        if metadata_changed:
+            return f"commit {version} changed the table metadata or protocol"
+        removed = inputs.intersection(unquote(r) for r in removes)
+        if removed:
+            return f"commit {version} removed input {sorted(removed)[0]}"
+    return None
+
+
 def commit_rewrite(
-    table: DeltaTable,
+    table_uri: str,
+    storage_options: Mapping[str, str] | None,
+    read_version: int,
     removed: Sequence[Block],
     added: Sequence[WrittenFile],
     metadata: Mapping[str, str],
 ) -> int:
-    """One transaction: remove the inputs, add the outputs, all with dataChange=false.
+    """One transaction: remove the inputs, add the outputs, all with dataChange=false; returns its version.
 
-    `table` must be at the version the rewrite read: delta-rs's conflict checker then fails the commit
-    when a concurrent transaction removed one of the inputs (delete/update/another rewrite), while a
-    concurrent append goes through. Returns the committed version.
+    Raises CommitConflict when a commit after `read_version` removed an input (a delete, an update, a compaction,
+    another recluster instance) or changed the metadata. Every commit since `read_version` is checked here, then the
+    transaction is anchored at the newest of them and carries the `recluster` SetTransaction: a rewrite committed
+    in between makes delta-rs fail it, and it is checked and retried; a concurrent delete or update still fails it
+    in delta-rs's own conflict check, a concurrent append goes through.
     """
     now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
@@ -420,34 +452,46 @@ def commit_rewrite(
     actions.extend(
         AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str)) for f in added
     )
-    partition_by = list(table.metadata().partition_columns)
-    try:
-        table.create_write_transaction(
-            actions,
-            mode="append",
-            schema=table.schema(),
-            partition_by=partition_by or None,
-            commit_properties=CommitProperties(custom_metadata=dict(metadata)),
-        )
-    except CommitFailedError as error:
-        raise CommitConflict(_first_line(error)) from None
-    return table.version()
+    checked = read_version
+    for _ in range(MAX_REWRITE_ATTEMPTS):
+        table = open_table(table_uri, storage_options)
+        reason = rewrite_conflict(table_uri, storage_options, [b.path for b in removed], checked, table.version())
+        if reason:
+            raise CommitConflict(reason)
+        checked = table.version()
+        try:
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=table.schema(),
+                partition_by=list(table.metadata().partition_columns) or None,
+                commit_properties=CommitProperties(
+                    custom_metadata=dict(metadata), app_transactions=[Transaction(REWRITE_APP_ID, checked + 1)]
+                ),
+            )
+        except CommitFailedError as error:
+            if "Concurrent transaction" in str(error):
+                continue  # another rewrite committed after `checked`: check it, then try again on top of it
+            raise CommitConflict(_first_line(error)) from None
+        version = committed_with(table_uri, storage_options, metadata, checked)
+        return checked + 1 if version is None else version
+    raise CommitConflict(f"{MAX_REWRITE_ATTEMPTS} concurrent rewrites committed first")
 
 
 def committed_with(
-    table_uri: str, storage_options: Mapping[str, str] | None, name: str, value: str, since: int
-) -> bool:
-    """Whether a commit after version `since` carries commitInfo[name] == value (retry idempotency)."""
+    table_uri: str, storage_options: Mapping[str, str] | None, metadata: Mapping[str, str], since: int
+) -> int | None:
+    """The version after `since` whose commitInfo holds all of `metadata`, if any (retry idempotency)."""
     latest = open_table(table_uri, storage_options)
     history = latest.history(limit=max(latest.version() - since, 0) + 1)
-    return any(entry.get(name) == value for entry in history if entry.get("version", since + 1) > since)
-
-
-def table_at(table_uri: str, storage_options: Mapping[str, str] | None, version: int) -> DeltaTable:
-    """The table as of `version`: commits built on it are conflict-checked against everything since."""
-    table = open_table(table_uri, storage_options)
-    table.load_as_version(version)
-    return table
+    return next(
+        (
+            int(entry["version"])
+            for entry in history
+            if entry.get("version", -1) > since and all(entry.get(k) == v for k, v in metadata.items())
+        ),
+        None,
+    )
 
 
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:

@@ -97,6 +97,7 @@ def concurrent_changes(mirrored: Mirrored) -> dict[str, Callable[[], None]]:
         "delete": lambda: mirrored.both(lambda t: t.delete("batch = 1")),
         "update": lambda: mirrored.both(lambda t: t.update(updates={"s": "'updated'"}, predicate="batch = 2")),
         "merge": lambda: mirrored.both(_merge),
+        "compaction": lambda: mirrored.both(lambda t: t.optimize.compact()),  # a rewrite with dataChange=false
         "append": lambda: mirrored.append(300),
         "new_column": lambda: mirrored.append(300, extra=pa.array([1.5] * 300)),
         "table_property": lambda: mirrored.both(
@@ -106,7 +107,15 @@ def concurrent_changes(mirrored: Mirrored) -> dict[str, Callable[[], None]]:
 
 
 # What the commit of the merge the change raced must do: conflict when the change rewrote an input file.
-CONFLICTS = {"delete": True, "update": True, "merge": True, "append": False, "new_column": None, "table_property": None}
+CONFLICTS = {
+    "delete": True,
+    "update": True,
+    "merge": True,
+    "compaction": True,
+    "append": False,
+    "new_column": None,
+    "table_property": None,
+}
 
 
 def inject_before_commit(monkeypatch: pytest.MonkeyPatch, changes: list[Callable[[], None]]) -> list[CommitStatus]:
@@ -180,5 +189,5 @@ def test_streaming_job_with_every_concurrent_change_mid_merge(tmp_path, spark, m
         stop_gracefully(query, handler)
     status = handler.status[str(mirrored.path)]
     assert status.error is None and status.failures == 0, status
-    assert statuses.count(CommitStatus.CONFLICT) >= 3, statuses  # delete, update and merge hit the inputs
+    assert statuses.count(CommitStatus.CONFLICT) >= 4, statuses  # delete, update, merge, compaction hit the inputs
     assert_intact(mirrored.path, row_multiset(DeltaTable(str(mirrored.shadow)).to_pyarrow_table()))
