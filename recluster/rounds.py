@@ -20,7 +20,7 @@ from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
 from recluster.settings import Settings
-from recluster.table import ClusterKey, TableSnapshot, WrittenFile, load_snapshot, open_table
+from recluster.table import ClusterKey, TableSnapshot, WrittenFile, check_writable, load_snapshot, open_table
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,7 @@ def recluster_table(
             stop_reason = "dry_run"
             break
         if spark is None:
+            check_writable(snapshot.uri)
             spark = spark_factory()
         rounds += 1
         if progress:

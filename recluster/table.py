@@ -494,6 +494,19 @@ def committed_with(
     )
 
 
+def check_writable(table_uri: str) -> None:
+    """Fail with one clear line, before any merge starts, when a local table location cannot be written."""
+    if "://" in table_uri:
+        return  # object stores: a merge that cannot write fails its task and leaves the table as it was
+    probe = os.path.join(table_uri, f".recluster-write-probe-{os.getpid()}")
+    try:
+        with open(probe, "w", encoding="utf-8") as handle:
+            handle.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise TableError(f"table location {table_uri} is not writable: {error.strerror}") from None
+
+
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
     """Delete files a rewrite wrote but could not commit (they are referenced by no version)."""
     filesystem = table_filesystem(table_uri, storage_options)
@@ -506,7 +519,7 @@ def set_table_properties(table: DeltaTable, properties: Mapping[str, str]) -> No
     """Set table properties (e.g. `recluster.clusterBy`) in one metadata commit."""
     try:
         table.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
-    except DeltaError as error:
+    except (DeltaError, OSError) as error:
         raise TableError(f"cannot set table properties: {_first_line(error)}") from None
 
 
