@@ -6,9 +6,11 @@ Part 1, throughput: one Delta table of N appended files of random int64 keys plu
 ~1 GB of Parquet, quick ~150 MB). On the same files, time
   (a) raw Spark: read -> repartitionByRange(ceil(rows / 1M), k) -> sortWithinPartitions(k) -> write Parquet,
   (b) recluster: one FINAL `recluster_table` run (target 1M rows, one task), including snapshot reads,
-      planning and the Delta commit.
-A raw run first warms the JVM (discarded), a tiny recluster warms the Python workers; then raw and recluster
-alternate (the table's log is restored between recluster runs) and the best time of each is kept.
+      planning and the Delta commit, reading the files with Spark's Parquet reader (the local default),
+  (c) the same run reading the files with pyarrow.fs inside Spark tasks (`spark.data_reader=pyarrow`: the
+      jar-free path object stores take), to give the cost of that path as a ratio against (b).
+A raw run first warms the JVM (discarded), a tiny recluster warms the Python workers; then raw and the two
+recluster runs alternate (the table's log is restored after each recluster run) and the best time of each is kept.
 
 Part 2, write amplification: a table receiving appends of 20,000 random keys, one incremental round after each
 append (default settings, target_rows=100,000). WA = bytes written by rounds / bytes appended, against the
@@ -196,11 +198,11 @@ def throughput(spark: Any, work: Path, files_count: int, rows_per_file: int, rep
     input_bytes = sum(size for _, size, _ in before)
     rows_in = sum(rows for _, _, rows in before)
     assert parquet_rows(table, relative) == rows_in
-    settings = Settings(
-        clustering=ClusteringSettings(
-            target_rows=1_000_000, max_merge_bytes=4 << 30, max_merge_files=1000, max_tasks_per_round=1
-        )
+    clustering = ClusteringSettings(
+        target_rows=1_000_000, max_merge_bytes=4 << 30, max_merge_files=1000, max_tasks_per_round=1
     )
+    settings = Settings(clustering=clustering, spark=SparkSettings(data_reader="spark"))
+    pyarrow_settings = Settings(clustering=clustering, spark=SparkSettings(data_reader="pyarrow"))
 
     # warm-up: JVM and Spark's Parquet path (raw, on a third of the files),
     # then the Python workers and recluster's code path (a tiny table)
@@ -217,9 +219,18 @@ def throughput(spark: Any, work: Path, files_count: int, rows_per_file: int, rep
     backup = LogBackup(table)
     raw_times: list[float] = []
     recluster_times: list[float] = []
+    pyarrow_times: list[float] = []
     results: list[Any] = []
     rows_raw = rows_after = -1
     for attempt in range(repeats):
+        seconds, result = recluster_final(spark, table, pyarrow_settings)
+        pyarrow_times.append(seconds)
+        rows_pyarrow = parquet_rows(table, [p for p, _, _ in live_files(table)])
+        assert rows_pyarrow == rows_in, (
+            f"recluster (pyarrow reader) lost or duplicated rows: {rows_in} -> {rows_pyarrow}"
+        )
+        log(f"throughput: run {attempt + 1}: recluster reading with pyarrow.fs {seconds:.1f} s")
+        backup.restore()
         out = work / "raw-out"
         raw_times.append(raw_spark_sort(spark, files, rows_in, out))
         rows_raw = sum(pq.read_metadata(p).num_rows for p in out.glob("*.parquet"))
@@ -243,6 +254,7 @@ def throughput(spark: Any, work: Path, files_count: int, rows_per_file: int, rep
     raw_best, recluster_best = min(raw_times), min(recluster_times)
     raw_mbps = input_bytes / MB / raw_best
     recluster_mbps = input_bytes / MB / recluster_best
+    pyarrow_mbps = input_bytes / MB / min(pyarrow_times)
     return {
         "files": files_count,
         "rows": rows_in,
@@ -255,6 +267,9 @@ def throughput(spark: Any, work: Path, files_count: int, rows_per_file: int, rep
         "raw_mb_per_s": raw_mbps,
         "recluster_mb_per_s": recluster_mbps,
         "ratio_recluster_to_raw": recluster_mbps / raw_mbps,
+        "recluster_pyarrow_reader_seconds": pyarrow_times,
+        "recluster_pyarrow_reader_mb_per_s": pyarrow_mbps,
+        "ratio_pyarrow_reader_to_spark_reader": pyarrow_mbps / recluster_mbps,
         "goal_ratio": 0.8,
         "rows_before": rows_in,
         "rows_after_recluster": rows_after,
@@ -345,6 +360,13 @@ def summary_rows(result: dict[str, Any]) -> list[list[Any]]:
             min(t["recluster_seconds"]),
             min(t["raw_seconds"]),
             min(t["recluster_seconds"]) / min(t["raw_seconds"]),
+            "",
+        ],
+        [
+            "merge throughput reading with pyarrow.fs (jar-free object-store path), MB/s; baseline: Spark's reader",
+            t["recluster_pyarrow_reader_mb_per_s"],
+            t["recluster_mb_per_s"],
+            t["ratio_pyarrow_reader_to_spark_reader"],
             "",
         ],
         [

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,18 +24,34 @@ import pyarrow as pa
 from recluster.api import open_checked_table
 from recluster.blocks import LEVEL_CONSTANT
 from recluster.commit import PRODUCER, CommitOutcome, CommitStatus, OutcomeTotals
+from recluster.history import new_process_id
+from recluster.maintenance import maintain_table
 from recluster.metrics import ClusteringState
+from recluster.optimizer import history_of, history_store, recluster_due, run_process
+from recluster.optimizing import (
+    Candidate,
+    OptimizingConfig,
+    ProcessRecord,
+    ProcessStatus,
+    ProcessType,
+    optimizing_config,
+    pending_optimizing,
+    schedule,
+    table_health,
+)
 from recluster.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
-from recluster.rounds import execute_plan, selection_bounds
-from recluster.selection import MergeTask, ReclusterPlan, level_threshold, select_merge_tasks
-from recluster.settings import Settings, TableSettings, table_storage_options
+from recluster.rounds import SnapshotLoader, selection_bounds
+from recluster.selection import MergeTask, Reason, ReclusterPlan, level_threshold, select_merge_tasks
+from recluster.settings import Settings, SettingsError, TableSettings, table_storage_options
 from recluster.table import (
     ClusterKey,
     TableError,
     TableSnapshot,
     blocks_from_log_adds,
+    compact_small_files,
     load_snapshot,
     normalize_uri,
+    require_safe_commits,
 )
 from triggers.delta_log import LOG_GAP, SCHEMA, SOURCE_NAME, CommitRange, DeltaLogSource, commit_rows
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
@@ -116,7 +132,7 @@ class TrackedTable:
     state: ClusteringState
     version: int
     data_schema: pa.Schema
-    storage_options: dict[str, str]
+    storage_options: dict[str, str] = field(repr=False)
     pending: bool = False
     totals: dict[str, int] = field(default_factory=dict)
     """Since the job started: tasks, conflicts, failures, bytes written and bytes appended (kept on reload)."""
@@ -150,6 +166,11 @@ class ReclusterHandler:
         kafka = settings.kafka
         self.metrics = BufferedPublisher(kafka, kafka.metrics_topic) if kafka.metrics_topic else None
         self.skipped_events = 0
+        self.history = history_store(settings)
+        self.lock = threading.Lock()
+        """Serializes micro-batches and `tick` (they run on different threads)."""
+        self.last_tick = 0.0
+        self.history_maintained = 0.0
         self.last_batch_time: float | None = None
         """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
 
@@ -159,6 +180,7 @@ class ReclusterHandler:
     def _track(self, uri: str, version: int | None) -> TrackedTable:
         """State at `version` (None: latest) from the snapshot; the key comes from config or the table."""
         table, key, options = open_checked_table(uri, settings=self.settings)
+        require_safe_commits(uri, options, self.settings.commit.allow_unsafe_single_writer)
         if version is not None and version >= 0:
             table.load_as_version(version)
         snapshot = load_snapshot(table, key, uri=uri, storage_options=options)
@@ -183,15 +205,139 @@ class ReclusterHandler:
             by_table: dict[str, list[dict[str, Any]]] = {}
             for row in sorted(rows, key=lambda r: (r["table"], r["version"])):
                 by_table.setdefault(row["table"], []).append(row)
-            records = [self._handle_table(uri, events) for uri, events in by_table.items()]
-            for uri, tracked in list(self.tracked.items()):  # work left over from earlier batches
-                if uri not in by_table and tracked.pending and not self.stopping.is_set():
-                    records.append(self._decide(tracked, foreign=False))
-            if self.metrics is not None:
-                self.metrics.publish((r.table, r.model_dump_json()) for r in records if r is not None)
+            with self.lock:
+                touched = {uri: self._apply(uri, events) for uri, events in by_table.items()}
+                self._publish_records(self._run_scheduled({u: f for u, f in touched.items() if f is not None}))
         finally:
             self.last_batch_time = time.time()
             self.idle.set()
+
+    def tick(self) -> None:
+        """Time-based work between micro-batches (a quiet table gets no batch): interval triggers of
+        minor/full optimizing and scheduled maintenance. Called from the job's main loop."""
+        now = time.monotonic()
+        if self.stopping.is_set() or now - self.last_tick < self.settings.self_optimizing.tick_seconds:
+            return
+        self.last_tick = now
+        if not self.lock.acquire(blocking=False):
+            return  # a micro-batch is running: it schedules the same work
+        self.idle.clear()
+        try:
+            self._publish_records(self._run_scheduled({}))
+            self._maintain_due()
+        finally:
+            self.lock.release()
+            self.idle.set()
+
+    def _publish_records(self, records: Sequence[MetricsRecord]) -> None:
+        if self.metrics is not None and records:
+            self.metrics.publish((r.table, r.model_dump_json()) for r in records)
+
+    def _run_scheduled(self, touched: Mapping[str, bool]) -> list[MetricsRecord]:
+        """One scheduling pass over every tracked table (DESIGN §8): reclustering and optimizing share the
+        optimizer groups; per group the policy orders tables with due work, a table over its quota waits.
+        `touched` maps tables with new commits in this batch to whether a commit was not ours."""
+        now = time.time()
+        due: dict[str, tuple[TrackedTable, OptimizingConfig, ProcessType, str]] = {}
+        candidates = []
+        for uri, tracked in list(self.tracked.items()):
+            config = self._config(tracked)
+            if config is None:
+                continue
+            kind, reason = self._due(tracked, config, touched.get(uri, False), now)
+            if kind is None:
+                continue
+            past = history_of(self.history, uri, self.settings, now)
+            due[uri] = (tracked, config, kind, reason)
+            candidates.append(Candidate(uri, config.group, config.quota, kind, past.busy_seconds, past.last_optimized))
+        run, waiting = schedule(
+            candidates,
+            self.settings.self_optimizing.groups,
+            window_seconds=self.settings.self_optimizing.quota_window_seconds,
+        )
+        records = []
+        for candidate in run:
+            if self.stopping.is_set():
+                break
+            tracked, config, kind, reason = due[candidate.table]
+            records.append(self._decide(tracked, config, kind, reason))
+        for candidate in waiting:
+            tracked, config, kind, _ = due[candidate.table]
+            tracked.pending = True
+            log.info("recluster table=%s reason=over_quota work=%s group=%s", candidate.table, kind, config.group)
+            records.append(self._decide(tracked, config, None, "over_quota"))
+        decided = {c.table for c in run} | {c.table for c in waiting}
+        for uri in touched:
+            if uri not in decided and uri in self.tracked:
+                config = self._config(self.tracked[uri])
+                records.append(self._decide(self.tracked[uri], config, None, "within_threshold"))
+        return records
+
+    def _config(self, tracked: TrackedTable) -> OptimizingConfig | None:
+        """The table's self-optimizing config from its properties; a malformed property is reported and
+        the table is left alone until it is fixed (a property change reloads the table)."""
+        try:
+            return optimizing_config(tracked.properties, self.settings.self_optimizing)
+        except SettingsError as error:
+            self._publish(TableStatus(tracked.uri, tracked.version, (), 1.0, error=str(error)))
+            log.error("recluster table=%s reason=bad_property error=%s", tracked.uri, error)
+            return None
+
+    def _due(
+        self, tracked: TrackedTable, config: OptimizingConfig, foreign: bool, now: float
+    ) -> tuple[ProcessType | None, str]:
+        """Reclustering first (new foreign commits or work left over), then the optimizing triggers."""
+        if self.stopping.is_set():
+            return None, "stopping"
+        if config.recluster_enabled and (foreign or tracked.pending):
+            if recluster_due(tracked.state.blocks, tracked.snapshot(), self.settings):
+                return ProcessType.RECLUSTER, str(Reason.DEPTH_ABOVE_THRESHOLD)
+            tracked.pending = False
+        health = table_health(tracked.state.blocks, config)
+        pending = pending_optimizing(health, config, history_of(self.history, tracked.uri, self.settings, now), now=now)
+        return pending.type, pending.reason
+
+    def _maintain_history(self) -> None:
+        """The history table gets one small file per process: compact it and expire old versions too."""
+        location, options = self.history.location, self.history.storage_options
+        try:
+            removed = compact_small_files(location, options)
+            if removed:
+                maintain_table(location, self.settings.self_optimizing.maintenance, storage_options=options)
+        except (TableError, OSError) as error:
+            log.error("recluster maintain history=%s error=%s", location, error)
+
+    def _maintain_due(self) -> None:
+        """Maintenance of every tracked table whose last one is older than the maintenance interval."""
+        maintenance = self.settings.self_optimizing.maintenance
+        if maintenance.interval_seconds <= 0:
+            return
+        now = time.time()
+        for uri, tracked in list(self.tracked.items()):
+            config = self._config(tracked)
+            if self.stopping.is_set() or config is None or not config.enabled:
+                continue
+            last = history_of(self.history, uri, self.settings, now).last.get(ProcessType.MAINTENANCE, 0.0)
+            if now - last < maintenance.interval_seconds:
+                continue
+            record = ProcessRecord(new_process_id(), uri, ProcessType.MAINTENANCE, config.group, now)
+            self.history.append(record)
+            try:
+                result = maintain_table(uri, maintenance, storage_options=self.options(uri))
+                log.info(
+                    "recluster maintain table=%s vacuumed=%d orphans=%d checkpoint=%s",
+                    uri,
+                    len(result.vacuumed),
+                    len(result.orphans.orphans),
+                    result.checkpoint_version,
+                )
+                self.history.append(record.finished(time.time(), ProcessStatus.SUCCESS, files_in=len(result.vacuumed)))
+            except (TableError, OSError) as error:
+                log.error("recluster maintain table=%s error=%s", uri, error)
+                self.history.append(record.finished(time.time(), ProcessStatus.FAILED, error=str(error)))
+        if now - self.history_maintained >= maintenance.interval_seconds:
+            self.history_maintained = now
+            self._maintain_history()
 
     def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Kafka events only name (table, version): read the real commits from the Delta log, from the
@@ -227,7 +373,8 @@ class ReclusterHandler:
                 )
         return rows
 
-    def _handle_table(self, uri: str, events: list[dict[str, Any]]) -> MetricsRecord | None:
+    def _apply(self, uri: str, events: list[dict[str, Any]]) -> bool | None:
+        """Apply a table's new commits to its state; True when one of them was not ours, None on error."""
         try:
             tracked = self.tracked.get(uri)
             if tracked is None:
@@ -252,7 +399,7 @@ class ReclusterHandler:
                 )
                 tracked.state.apply(added, event["removes"] or [])
                 tracked.version = event["version"]
-            return self._decide(tracked, bool(foreign))
+            return bool(foreign)
         except TableError as error:
             self.tracked.pop(uri, None)
             status = TableStatus(uri, events[-1]["version"], (), 1.0, error=str(error))
@@ -291,20 +438,34 @@ class ReclusterHandler:
             plan.tasks
         )
 
-    def _decide(self, tracked: TrackedTable, foreign: bool) -> MetricsRecord:
+    def _decide(
+        self, tracked: TrackedTable, config: OptimizingConfig | None, kind: ProcessType | None, reason: str
+    ) -> MetricsRecord:
+        """Run the scheduled process `kind` (None: nothing this time) and report the table's state."""
         snapshot = tracked.snapshot()
         bounds = selection_bounds(self.settings, snapshot, None)
         started = time.monotonic()
         outcomes: list[CommitOutcome] = []
         batch = OutcomeTotals()
-        pending = False
-        if (foreign or tracked.pending) and not self.stopping.is_set():
-            plan, pending = self._budgeted(select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds))
-            for outcome in execute_plan(self.spark, plan, snapshot, settings=self.settings, run_id=_run_id()):
-                log.info("recluster table=%s %s %s", tracked.uri, outcome, outcome.task)
-                batch.add(outcome)
-                outcomes.append(outcome)
-            pending = pending or batch.conflicts > 0
+        pending = tracked.pending if kind is None else False
+        if kind is not None and config is not None and not self.stopping.is_set():
+            plan = None
+            if kind is ProcessType.RECLUSTER:
+                plan, pending = self._budgeted(
+                    select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds)
+                )
+            loader = SnapshotLoader(tracked.uri, tracked.key, tracked.partition_columns, tracked.storage_options)
+            _, outcomes, batch = run_process(
+                kind,
+                snapshot,
+                loader,
+                settings=self.settings,
+                config=config,
+                spark_factory=lambda: self.spark,
+                history=self.history,
+                plan=plan,
+            )
+            pending = pending or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
         tracked.pending = pending
         _add(
             tracked.totals,
@@ -340,7 +501,7 @@ class ReclusterHandler:
             {s.level: s.threshold for s in levels},
             BatchActions(**vars(batch), duration_seconds=time.monotonic() - started),
             pending=pending,
-            reasons=[str(o.task.reason) for o in outcomes],
+            reasons=[str(o.task.reason) for o in outcomes] or [reason],
             errors=[f"{o.status}: {o.reason}" for o in outcomes if o.status is not CommitStatus.COMMITTED],
             skipped_events=self.skipped_events,
         )
@@ -354,12 +515,6 @@ class ReclusterHandler:
 def _add(totals: dict[str, int], **amounts: int) -> None:
     for name, amount in amounts.items():
         totals[name] = totals.get(name, 0) + int(amount)
-
-
-def _run_id() -> str:
-    from recluster.blocks import new_run_id
-
-    return new_run_id()
 
 
 def check_checkpoint_location(location: str) -> None:
@@ -403,6 +558,7 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
             .option("startingVersion", str(stream.starting_version))
             .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
             .option("storageOptions", json.dumps(dict(settings.storage_options)))
+            .option("tableStorageOptions", json.dumps({normalize_uri(t.uri): t.storage_options for t in tables}))
         )
     query = (
         reader.load()

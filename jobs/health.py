@@ -158,12 +158,10 @@ class JobProbe:
 
 def _newest_logged_version(uri: str, after: int, options: dict[str, str]) -> int:
     """The newest version whose commit file follows `after` without a gap (existence checks only)."""
-    from recluster.table import table_filesystem
-    from triggers.delta_log import _exists, _log_path
+    from recluster.table import commit_file_exists
 
-    filesystem = table_filesystem(uri, options)
     version = after
-    while version - after < LAG_PROBE_LIMIT and _exists(filesystem, _log_path(uri, version + 1)):
+    while version - after < LAG_PROBE_LIMIT and commit_file_exists(uri, version + 1, options):
         version += 1
     return version
 

@@ -37,6 +37,11 @@ def table_settings(settings: Settings, uri: str) -> TableSettings | None:
     return next((t for t in settings.tables if normalize_uri(t.uri) == location), None)
 
 
+def storage_options_for(settings: Settings, uri: str) -> Mapping[str, str]:
+    """The delta-rs storage options of one table: the global ones with the table's own merged on top."""
+    return table_storage_options(settings, table_settings(settings, uri))
+
+
 def open_checked_table(
     uri: str, *, settings: Settings, cluster_by: Sequence[str] | None = None
 ) -> tuple[DeltaTable, ClusterKey, Mapping[str, str]]:

@@ -145,6 +145,8 @@ class Block:
     partition: Partition = ()
     key_fingerprint: str | None = None
     has_deletion_vector: bool = False
+    deleted_rows: int = 0
+    """Rows its deletion vector hides (the vector's cardinality in the log)."""
 
     @property
     def clustered(self) -> bool:

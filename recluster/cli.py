@@ -197,13 +197,15 @@ def render_result(result: ReclusterResult, out: Console) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    from recluster.api import storage_options_for
     from recluster.sql import ClusterByStatement, parse_statement
-    from recluster.table import open_table, resolve_cluster_key, set_table_properties
+    from recluster.table import open_table, require_safe_commits, resolve_cluster_key, set_table_properties
 
     statement = parse_statement(args.statement)
     settings = _settings(args)
+    options = storage_options_for(settings, statement.table)
     try:
-        table = open_table(statement.table, settings.storage_options)
+        table = open_table(statement.table, options)
     except TableError:
         if statement.if_exists:
             print(f"table {statement.table} does not exist; nothing to do (IF EXISTS)", file=sys.stderr)
@@ -211,6 +213,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         raise
     if isinstance(statement, ClusterByStatement):
         key = resolve_cluster_key(table, statement.columns, statement.table)
+        require_safe_commits(statement.table, options, settings.commit.allow_unsafe_single_writer)
         set_table_properties(table, {CLUSTER_BY_PROPERTY: ",".join(key.names)})
         summary = {"table": statement.table, "cluster_by": list(key.names), "fingerprint": key.fingerprint}
         if args.json:
@@ -242,6 +245,21 @@ def parse_table_spec(spec: str) -> TableSettings:
     return TableSettings(uri=spec)
 
 
+def _merge_tables(configured: Sequence[TableSettings], given: Sequence[TableSettings]) -> list[TableSettings]:
+    """The config file's tables plus `--table` ones; a `--table` naming a configured table keeps that table's
+    storage options and sets only its key (when given)."""
+    from recluster.table import normalize_uri
+
+    merged = {normalize_uri(t.uri): t for t in configured}
+    for table in given:
+        known = merged.get(normalize_uri(table.uri))
+        if known is not None and table.cluster_by is None:
+            continue
+        update = {"cluster_by": table.cluster_by}
+        merged[normalize_uri(table.uri)] = known.model_copy(update=update) if known is not None else table
+    return list(merged.values())
+
+
 def _stream_settings(args: argparse.Namespace) -> Settings:
     settings = _settings(args)
     stream = {
@@ -265,7 +283,7 @@ def _stream_settings(args: argparse.Namespace) -> Settings:
         if value is not None
     }
     http = {"port": args.http_port} if args.http_port is not None else {}
-    tables = [*settings.tables, *(parse_table_spec(t) for t in args.table or [])]
+    tables = _merge_tables(settings.tables, [parse_table_spec(t) for t in args.table or []])
     return with_kubernetes(
         settings.model_copy(
             update={
@@ -343,7 +361,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     server = _start_http(settings)
     try:
         prepare_event_log_dir(settings)
-        spark = spark_session(settings.spark)
+        spark = spark_session(settings.spark, settings.self_optimizing.groups)
         query, handler = start_job(spark, settings, settings.tables)
         if server is not None:
             server.attach(query, handler)
@@ -352,7 +370,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             f"watching {len(settings.tables)} table(s); checkpoint {settings.stream.checkpoint_location}{where}",
             file=sys.stderr,
         )
-        reason = _run_until_signal(query, handler, args.seconds, tick=lambda: None)
+        reason = _run_until_signal(query, handler, args.seconds, tick=handler.tick)
     finally:
         if server is not None:
             server.stop()
@@ -366,6 +384,7 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
     """Tail Delta logs and publish one commit event per new version, for writers that cannot."""
     import threading
 
+    from recluster.api import storage_options_for
     from recluster.publish import BufferedPublisher, commit_event_json
     from recluster.table import normalize_uri
     from triggers.delta_log import CommitRange, commit_rows, newest_version, table_version
@@ -374,8 +393,8 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
     kafka = _updated(settings.kafka, {"bootstrap_servers": args.bootstrap_servers} if args.bootstrap_servers else {})
     topic = args.topic or kafka.commits_topic
     tables = [normalize_uri(t) for t in args.table]
-    options = dict(settings.storage_options)
-    start = {t: table_version(t, options) for t in tables}
+    options = {t: dict(storage_options_for(settings, t)) for t in tables}
+    start = {t: table_version(t, options[t]) for t in tables}
     positions = {t: -1 if args.from_version == "earliest" or v is None else v for t, v in start.items()}
     publisher = BufferedPublisher(kafka, topic)
     stop = threading.Event()
@@ -383,10 +402,11 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
 
     def tick() -> None:
         for table in tables:
-            newest = newest_version(table, positions[table], 1000, options)
+            newest = newest_version(table, positions[table], 1000, options[table])
             if newest <= positions[table]:
                 continue
-            commits = commit_rows(CommitRange(table, positions[table] + 1, newest, tuple(sorted(options.items()))))
+            table_options = tuple(sorted(options[table].items()))
+            commits = commit_rows(CommitRange(table, positions[table] + 1, newest, table_options))
             events = [(table, commit_event_json(table, c[1], c[3], c[2])) for c in commits]
             publisher.publish(events)
             published[0] += len(events)
@@ -499,6 +519,7 @@ def render_metrics(latest: Mapping[str, Any]) -> Table:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """Delete the outputs of rewrites that never committed (see recluster/maintenance.py for the rules)."""
+    from recluster.api import storage_options_for
     from recluster.maintenance import clean_orphans
 
     if args.safety_age_hours < 0:
@@ -507,7 +528,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     result = clean_orphans(
         args.table,
         safety_age_seconds=args.safety_age_hours * 3600,
-        storage_options=settings.storage_options,
+        storage_options=storage_options_for(settings, args.table),
         dry_run=args.dry_run,
     )
     if args.json:
@@ -520,6 +541,114 @@ def cmd_clean(args: argparse.Namespace) -> int:
     print(
         f"{verb} {len(result.orphans)} orphan file(s), {total:,} bytes; {result.referenced} files referenced by "
         f"versions {result.oldest_version}..{result.latest_version} kept"
+    )
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Self-optimize a table now: the given type, or whatever its triggers say is due."""
+    from recluster.merge import spark_session
+    from recluster.optimizer import history_store, optimize_table
+    from recluster.optimizing import ProcessType
+    from recluster.rounds import snapshot_loader
+
+    settings = _settings(args)
+    loader = snapshot_loader(args.table, settings, parse_columns(args.cluster_by) if args.cluster_by else None)
+    with Console(stderr=True).status("optimizing", spinner="dots"):
+        result = optimize_table(
+            loader,
+            settings=settings,
+            spark_factory=lambda: spark_session(settings.spark, settings.self_optimizing.groups),
+            kind=ProcessType(args.type) if args.type else None,
+            dry_run=args.dry_run,
+            history=None if args.dry_run else history_store(settings),
+        )
+    if args.json:
+        print_json(result.to_dict())
+        return 0 if result.totals.failures == 0 else EXIT_ERROR
+    if result.plan is not None and (args.dry_run or result.totals.tasks == 0):
+        print(result.plan)
+    kind = result.type or "nothing"
+    print(
+        f"{result.outcome}: {kind} ({result.reason}); tasks={result.totals.tasks} "
+        f"files {result.totals.files_removed} -> {result.totals.files_added}, "
+        f"bytes read {result.totals.bytes_read:,} written {result.totals.bytes_written:,}, "
+        f"conflicts={result.totals.conflicts} failures={result.totals.failures}; "
+        f"fragments {result.before.fragments} -> {result.after.fragments}"
+    )
+    return 0 if result.totals.failures == 0 else EXIT_ERROR
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Per table: state, pending work, group, quota and occupation, last process times, health."""
+    from recluster.api import read_snapshot
+    from recluster.optimizer import history_store, table_status
+
+    settings = _settings(args)
+    uris = args.table or [t.uri for t in settings.tables]
+    if not uris:
+        raise UsageError("no tables: pass TABLE_URI arguments or list tables in --config")
+    history = history_store(settings)
+    reports = [table_status(read_snapshot(uri, settings=settings), settings=settings, history=history) for uri in uris]
+    if args.json:
+        print_json([r.to_dict() for r in reports])
+        return 0
+    table = Table(
+        "table",
+        "state",
+        "pending",
+        "group",
+        "quota",
+        "occupation",
+        "last minor/major/full/recluster",
+        "fragments",
+        "small-file",
+        "depth",
+    )
+    for report in reports:
+        data = report.to_dict()
+        last = "/".join(
+            str(data["last"].get(k, "-"))[5:16].replace("T", " ") or "-"
+            for k in ("minor", "major", "full", "recluster")
+        )
+        pending = data["pending"] or ("recluster" if data["recluster_pending"] else "-")
+        table.add_row(
+            report.table,
+            str(report.state),
+            pending,
+            report.config.group,
+            f"{report.config.quota:g}",
+            f"{report.occupation:.0%}",
+            last,
+            str(report.health.fragments),
+            f"{report.health.small_file_pressure:.0%}",
+            f"{report.average_depth:.2f}",
+        )
+    Console().print(table)
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """Vacuum, checkpoint, log cleanup and orphan cleanup of one table now (the job does it on a schedule)."""
+    from recluster.api import storage_options_for
+    from recluster.maintenance import maintain_table
+
+    settings = _settings(args)
+    result = maintain_table(
+        args.table,
+        settings.self_optimizing.maintenance,
+        storage_options=storage_options_for(settings, args.table),
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    verb = "would delete" if result.dry_run else "deleted"
+    checkpoint = "not needed" if result.checkpoint_version is None else f"version {result.checkpoint_version}"
+    print(
+        f"{verb} {len(result.vacuumed)} expired file(s) (retention {result.retention_hours:g} h) and "
+        f"{len(result.orphans.orphans)} orphan(s); checkpoint: {checkpoint}; "
+        f"log cleanup: {'done' if result.log_cleaned else 'skipped'}"
     )
     return 0
 
@@ -746,6 +875,43 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     _common(clean)
     clean.set_defaults(handler=cmd_clean)
+
+    optimize = commands.add_parser(
+        "optimize",
+        help="self-optimize a table now: minor (compact fragments), major (undersized segments) or full",
+        description=(
+            "Without --type runs whatever the table's self-optimizing.* triggers say is due. Outputs are sorted "
+            "by the cluster key; every task commits atomically and is recorded in the history table."
+        ),
+    )
+    optimize.add_argument("table", metavar="TABLE_URI")
+    optimize.add_argument("--type", choices=["minor", "major", "full"], help="the process to run (default: due one)")
+    optimize.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
+    optimize.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    _common(optimize)
+    optimize.set_defaults(handler=cmd_optimize)
+
+    status = commands.add_parser(
+        "status",
+        help="per table: state, pending work, group, quota occupation, last optimize times, health",
+        description="Reads the tables' snapshots and the history table (self_optimizing.history_location).",
+    )
+    status.add_argument("table", nargs="*", metavar="TABLE_URI", help="tables (default: the configured tables)")
+    _common(status)
+    status.set_defaults(handler=cmd_status)
+
+    maintain = commands.add_parser(
+        "maintain",
+        help="vacuum expired files, checkpoint, clean the log and orphans of a table now",
+        description=(
+            "Vacuum never uses a retention below the table's delta.deletedFileRetentionDuration; orphan cleanup "
+            "follows the rules of `recluster clean`. Settings: self_optimizing.maintenance.*"
+        ),
+    )
+    maintain.add_argument("table", metavar="TABLE_URI")
+    maintain.add_argument("--dry-run", action="store_true", help="list what would be deleted, change nothing")
+    _common(maintain)
+    maintain.set_defaults(handler=cmd_maintain)
 
     schema = commands.add_parser("metrics-schema", help="print the JSON Schema of a metrics record")
     schema.set_defaults(handler=cmd_metrics_schema, verbose=False)

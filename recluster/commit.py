@@ -19,6 +19,7 @@ from recluster.table import (
     CommitConflict,
     WrittenFile,
     commit_rewrite,
+    commit_safety_problem,
     committed_with,
     delete_files,
 )
@@ -78,6 +79,10 @@ def commit_task(
     """Commit one task's outputs, or delete them and say why. Never loses or duplicates a row."""
     files = tuple(written)
     rows_out = sum(f.rows for f in files)
+    unsafe = commit_safety_problem(table_uri, storage_options)
+    if unsafe and not settings.allow_unsafe_single_writer:
+        delete_files(table_uri, [f.path for f in files], storage_options)
+        return CommitOutcome(task, CommitStatus.FAILED, None, files, f"unsafe_storage: {unsafe}")
     if rows_out != task.rows:
         delete_files(table_uri, [f.path for f in files], storage_options)
         return CommitOutcome(

@@ -7,7 +7,6 @@ than a safety age (a rewrite still running has young outputs), and no version st
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -15,10 +14,24 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.fs as pafs
+from deltalake import DeltaTable
 
 from recluster.blocks import parse_data_file_name
-from recluster.table import TableError, normalize_uri, open_table, table_filesystem
+from recluster.settings import MaintenanceSettings
+from recluster.table import (
+    TableError,
+    checkpoint_table,
+    cleanup_log,
+    deleted_file_retention_hours,
+    last_checkpoint_version,
+    list_data_files,
+    log_versions,
+    normalize_uri,
+    open_table,
+    read_log_actions,
+    remove_stored_files,
+    vacuum_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,37 +67,23 @@ class CleanResult:
         }
 
 
-def _log_versions(filesystem: pafs.FileSystem, log_dir: str) -> list[int]:
-    infos = filesystem.get_file_info(pafs.FileSelector(log_dir, recursive=False))
-    names = [info.base_name for info in infos if info.type == pafs.FileType.File]
-    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
-
-
 def referenced_files(table_uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[set[str], int, int]:
     """Every data file some version still in the log references: the files of the oldest version that
     can be loaded, plus every file any later commit added. Returns (paths, oldest, latest)."""
     location = normalize_uri(table_uri)
-    filesystem = table_filesystem(location, storage_options)
-    log_dir = f"{location}/_delta_log" if "://" not in location else "_delta_log"
-    try:
-        versions = _log_versions(filesystem, log_dir)
-    except FileNotFoundError:
-        versions = []
+    table = open_table(location, storage_options)
+    versions = log_versions(location, storage_options)
     if not versions:
         raise TableError(f"{table_uri} has no commit files in _delta_log")
     oldest, latest = versions[0], versions[-1]
-    table = open_table(location, storage_options)
     try:
         table.load_as_version(oldest)
     except Exception as error:  # the oldest JSON may predate a checkpoint that is gone: refuse, never guess
         raise TableError(f"cannot load the oldest retained version {oldest} of {table_uri}: {error}") from None
     paths = {unquote(p) for p in pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()}
     for version in versions[1:]:
-        with filesystem.open_input_stream(f"{log_dir}/{version:020d}.json") as stream:
-            for line in stream.read().decode("utf-8").splitlines():
-                action = json.loads(line) if line.strip() else {}
-                if "add" in action:
-                    paths.add(unquote(action["add"]["path"]))
+        actions = read_log_actions(location, version, storage_options)
+        paths.update(unquote(a["add"]["path"]) for a in actions if "add" in a)
     return paths, oldest, latest
 
 
@@ -97,19 +96,14 @@ def find_orphans(
     """The files `clean_orphans` would delete (nothing is deleted here)."""
     location = normalize_uri(table_uri)
     referenced, oldest, latest = referenced_files(location, storage_options)
-    filesystem = table_filesystem(location, storage_options)
-    root = location if "://" not in location else ""
     now = time.time()
     orphans = []
-    for info in filesystem.get_file_info(pafs.FileSelector(root or "/", recursive=True)):
-        if info.type != pafs.FileType.File or "_delta_log" in info.path:
+    for stored in list_data_files(location, storage_options):
+        if parse_data_file_name(stored.path) is None or stored.path in referenced:
             continue
-        relative = info.path[len(root) :].lstrip("/") if root else info.path.lstrip("/")
-        if parse_data_file_name(relative) is None or relative in referenced:
-            continue
-        age = now - (info.mtime.timestamp() if info.mtime else now)
+        age = now - (stored.modified if stored.modified is not None else now)
         if age >= safety_age_seconds:
-            orphans.append(OrphanFile(relative, int(info.size or 0), age))
+            orphans.append(OrphanFile(stored.path, stored.bytes, age))
     return CleanResult(location, oldest, latest, len(referenced), tuple(sorted(orphans, key=lambda o: o.path)), False)
 
 
@@ -126,13 +120,80 @@ def clean_orphans(
         return found
     # A rewrite may have committed one of them since the listing: re-read the references first.
     referenced, _, _ = referenced_files(found.table, storage_options)
-    filesystem = table_filesystem(found.table, storage_options)
-    root = found.table if "://" not in found.table else ""
     deleted = []
     for orphan in found.orphans:
         if orphan.path in referenced:
             continue
-        filesystem.delete_file(f"{root}/{orphan.path}" if root else orphan.path)
+        remove_stored_files(found.table, [orphan.path], storage_options)
         log.info("clean table=%s deleted=%s bytes=%d reason=orphan", found.table, orphan.path, orphan.bytes)
         deleted.append(orphan)
     return CleanResult(found.table, found.oldest_version, found.latest_version, found.referenced, tuple(deleted), True)
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceResult:
+    """What one maintenance pass did (or would do, with dry_run)."""
+
+    table: str
+    version: int
+    retention_hours: float
+    vacuumed: tuple[str, ...]
+    checkpoint_version: int | None
+    """The checkpoint written by this pass; None when the newest one was recent enough (or dry run)."""
+    log_cleaned: bool
+    orphans: CleanResult
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "table": self.table,
+            "version": self.version,
+            "retention_hours": self.retention_hours,
+            "vacuumed_files": list(self.vacuumed),
+            "checkpoint_version": self.checkpoint_version,
+            "log_cleaned": self.log_cleaned,
+            "orphans": self.orphans.to_dict(),
+            "dry_run": self.dry_run,
+        }
+
+
+def effective_retention_hours(table: DeltaTable, configured_hours: float) -> float:
+    """Vacuum retention: the configured one, never below the table's `delta.deletedFileRetentionDuration`."""
+    return max(configured_hours, deleted_file_retention_hours(table))
+
+
+def maintain_table(
+    table_uri: str,
+    settings: MaintenanceSettings,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+) -> MaintenanceResult:
+    """Orphan cleanup, then vacuum (expired files of old versions), a checkpoint when the newest is
+    `checkpoint_every_versions` behind, and log cleanup (delta.logRetentionDuration) after it.
+
+    Orphans go first: they are found against every version still in the log, before log cleanup shortens it.
+    """
+    location = normalize_uri(table_uri)
+    orphans = clean_orphans(
+        location,
+        safety_age_seconds=settings.orphan_safety_age_seconds,
+        storage_options=storage_options,
+        dry_run=dry_run,
+    )
+    table = open_table(location, storage_options)
+    retention = effective_retention_hours(table, settings.retention_hours)
+    vacuumed = vacuum_table(table, retention, dry_run=dry_run)
+    checkpoint = None
+    if not dry_run:
+        table = open_table(location, storage_options)
+        newest = last_checkpoint_version(location, storage_options)
+        if table.version() - (newest if newest is not None else -1) >= settings.checkpoint_every_versions:
+            checkpoint_table(table)
+            checkpoint = table.version()
+        cleanup_log(table)
+    for path in vacuumed:
+        log.info("maintain table=%s vacuumed=%s dry_run=%s", location, path, dry_run)
+    return MaintenanceResult(
+        location, table.version(), retention, tuple(vacuumed), checkpoint, not dry_run, orphans, dry_run
+    )

@@ -20,7 +20,15 @@ from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
 from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.selection import MergeTask, ReclusterPlan, SelectionBounds, select_merge_tasks
 from recluster.settings import Settings
-from recluster.table import ClusterKey, TableSnapshot, WrittenFile, check_writable, load_snapshot, open_table
+from recluster.table import (
+    ClusterKey,
+    TableSnapshot,
+    WrittenFile,
+    check_writable,
+    load_snapshot,
+    open_table,
+    require_safe_commits,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +116,26 @@ def write_task(
         run_id=run_id,
         target_rows=settings.clustering.target_rows,
         target_file_bytes=settings.clustering.target_file_bytes,
+        storage_options=snapshot.storage_options,
+        reader=settings.spark.data_reader,
     )
 
 
 def run_task(
-    spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str, task_id: str
+    spark: Any,
+    task: MergeTask,
+    snapshot: TableSnapshot,
+    *,
+    settings: Settings,
+    run_id: str,
+    task_id: str,
+    pool: str | None = None,
 ) -> CommitOutcome:
-    """Merge one task on Spark and commit it (or clean up after it)."""
+    """Merge one task on Spark (in the FAIR scheduler `pool` when given) and commit it (or clean up)."""
+    if pool is not None:
+        from recluster.merge import use_scheduler_pool
+
+        use_scheduler_pool(spark, pool)
     return commit_task(
         task,
         write_task(spark, task, snapshot, settings=settings, run_id=run_id),
@@ -128,14 +149,23 @@ def run_task(
 
 
 def execute_plan(
-    spark: Any, plan: ReclusterPlan, snapshot: TableSnapshot, *, settings: Settings, run_id: str
+    spark: Any,
+    plan: ReclusterPlan,
+    snapshot: TableSnapshot,
+    *,
+    settings: Settings,
+    run_id: str,
+    pool: str | None = None,
+    max_concurrent: int | None = None,
 ) -> list[CommitOutcome]:
-    """Run a plan's independent tasks concurrently (Spark schedules their jobs side by side)."""
+    """Run a plan's independent tasks concurrently (Spark schedules their jobs side by side), at most
+    `max_concurrent` (default: clustering.max_tasks_per_round) at once, in the scheduler `pool`."""
     if not plan.tasks:
         return []
-    with ThreadPoolExecutor(max_workers=min(len(plan.tasks), settings.clustering.max_tasks_per_round)) as pool:
+    workers = min(len(plan.tasks), max_concurrent or settings.clustering.max_tasks_per_round)
+    with ThreadPoolExecutor(max_workers=workers) as executor:
         futures = [
-            pool.submit(
+            executor.submit(
                 run_task,
                 spark,
                 task,
@@ -143,6 +173,7 @@ def execute_plan(
                 settings=settings,
                 run_id=run_id,
                 task_id=f"{run_id}-v{plan.read_version}-t{i}",
+                pool=pool,
             )
             for i, task in enumerate(plan.tasks)
         ]
@@ -165,6 +196,8 @@ def recluster_table(
     started = time.monotonic()
     run_id = new_run_id()
     snapshot = snapshot_loader()
+    if not dry_run:
+        require_safe_commits(snapshot.uri, snapshot.storage_options, settings.commit.allow_unsafe_single_writer)
     before = clustering_info(snapshot.blocks)
     totals = OutcomeTotals()
     plans: list[ReclusterPlan] = []

@@ -28,6 +28,9 @@ class Reason(StrEnum):
     OLDER_KEY = "older_key_fingerprint"
     DELETION_VECTOR = "deletion_vector"
     OVER_SIZE_BOUND = "over_size_bound"
+    MINOR = "minor_optimizing"
+    MAJOR = "major_optimizing"
+    FULL = "full_optimizing"
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,12 @@ class SparkSettings(_Section):
     shuffle_partitions: int = Field(8, ge=1)
     conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration, passed through unchanged."""
+    data_reader: Literal["auto", "spark", "pyarrow"] = "auto"
+    """How merges read data files. `pyarrow`: inside Spark tasks through pyarrow.fs with the tables' storage
+    options (needs no Hadoop jars; every store delta-rs reaches). `spark`: Spark's own Parquet reader (object
+    stores need the hadoop-aws / gcs-connector / hadoop-azure jars and their `spark.hadoop.*` credentials).
+    `auto`: Spark's reader for local tables and for stores whose Hadoop filesystem is on the classpath, else
+    pyarrow. Outputs are always written through pyarrow.fs."""
 
 
 class CommitSettings(_Section):
@@ -68,13 +74,18 @@ class CommitSettings(_Section):
     """Commit attempts per task; a conflict with a concurrent delete/update is not retried in place."""
     backoff_seconds: float = Field(0.5, ge=0)
     max_backoff_seconds: float = Field(8.0, ge=0)
+    allow_unsafe_single_writer: bool = False
+    """Commit to S3 tables without `conditional_put` or a locking provider. S3 then has no atomic
+    put-if-absent, so two writers committing the same version overwrite each other: only safe when nothing
+    else ever writes to the table while recluster runs."""
 
 
 class TableSettings(_Section):
     uri: str
     cluster_by: list[str] | None = None
     """Overrides the table property `recluster.clusterBy`."""
-    storage_options: dict[str, str] = Field(default_factory=dict)
+    storage_options: dict[str, str] = Field(default_factory=dict, repr=False)
+    """delta-rs storage options of this table, merged over the global ones (may hold secrets: never printed)."""
 
     @field_validator("cluster_by", mode="before")
     @classmethod
@@ -82,6 +93,72 @@ class TableSettings(_Section):
         if isinstance(value, str):
             return [c.strip() for c in value.split(",") if c.strip()]
         return value
+
+
+class OptimizerGroup(_Section):
+    """A named share of the cluster for optimizing and reclustering (DESIGN §8): one Spark FAIR pool."""
+
+    policy: Literal["quota", "balanced"] = "quota"
+    """quota: the table with the lowest quota occupation first; balanced: the longest since last optimized first."""
+    max_concurrent_tasks: int = Field(2, ge=1)
+    """Merge tasks of this group running at once (a table's plan never runs more tasks in parallel)."""
+    cores: int = Field(1, ge=1)
+    """The pool's minShare and weight: the cores Spark's FAIR scheduler guarantees the group under load."""
+
+
+class MaintenanceSettings(_Section):
+    """Expiry of old versions, log cleanup, checkpoints and orphan cleanup, per table on a schedule."""
+
+    interval_seconds: float = Field(24 * 3600.0, ge=0)
+    """How often the job maintains each table; 0 turns scheduled maintenance off."""
+    retention_hours: float = Field(168.0, ge=0)
+    """Vacuum retention; never below the table's `delta.deletedFileRetentionDuration` (the larger wins)."""
+    orphan_safety_age_seconds: float = Field(24 * 3600.0, ge=0)
+    """Only files of ours older than this are orphan candidates (a running rewrite has young outputs)."""
+    checkpoint_every_versions: int = Field(100, ge=1)
+    """Write a checkpoint when the newest one is this many versions behind."""
+
+
+class SelfOptimizingSettings(_Section):
+    """Defaults of the `self-optimizing.*` table properties and the optimizer groups (DESIGN §8, Amoro's names).
+
+    A table property of the same name (with dashes and dots, e.g. `self-optimizing.minor.trigger.file-count`)
+    overrides the default for that table; intervals are milliseconds as in Amoro.
+    """
+
+    enabled: bool = True
+    group: str = "default"
+    quota: float = Field(0.5, gt=0)
+    """Share of one core-hour per hour the table may spend on rewrites (occupation = busy time / (1 h x quota))."""
+    target_size: int = Field(128 * MIB, gt=0)
+    fragment_ratio: float = Field(8.0, gt=1)
+    """Files smaller than target_size / fragment_ratio are fragments."""
+    min_target_size_ratio: float = Field(0.75, gt=0, le=1)
+    """Segments smaller than target_size x this are undersized (major optimizing combines them)."""
+    minor_trigger_file_count: int = Field(12, ge=2)
+    minor_trigger_interval_ms: int = 3_600_000
+    """Minor also runs when this long passed since the last minor and there are >= 2 fragments; < 0: off."""
+    major_trigger_duplicate_ratio: float = Field(0.1, gt=0, le=1)
+    """Major runs when deleted rows (deletion vectors) hide more than this share of a segment's rows."""
+    major_trigger_undersized_count: int = Field(4, ge=2)
+    """Major runs when a partition has this many undersized segments."""
+    full_trigger_interval_ms: int = -1
+    """Full optimizing of every partition at this interval; < 0: off."""
+    groups: dict[str, OptimizerGroup] = Field(default_factory=lambda: {"default": OptimizerGroup()})
+    history_location: str | None = None
+    """A Delta table where every process is appended (queryable with Spark); None: `history` under the
+    stream's checkpoint location, so one directory holds all of the job's state."""
+    quota_window_seconds: float = Field(3600.0, gt=0)
+    """The window over which quota occupation is measured (Amoro: the last hour)."""
+    maintenance: MaintenanceSettings = MaintenanceSettings()
+    tick_seconds: float = Field(10.0, gt=0)
+    """How often the job checks time-based triggers (intervals, maintenance) between micro-batches."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SelfOptimizingSettings:
+        if self.group not in self.groups:
+            raise ValueError(f"self_optimizing.group {self.group!r} is not one of the groups {sorted(self.groups)}")
+        return self
 
 
 class KafkaSettings(_Section):
@@ -174,8 +251,9 @@ _CONFIG_FILE: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("c
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RECLUSTER_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
-    storage_options: dict[str, str] = Field(default_factory=dict)
-    """delta-rs storage options for every table (per-table options are merged on top)."""
+    storage_options: dict[str, str] = Field(default_factory=dict, repr=False)
+    """delta-rs storage options for every table (per-table options are merged on top): credentials, endpoint,
+    region, `conditional_put`; they may hold secrets, so they are never printed or logged."""
     clustering: ClusteringSettings = ClusteringSettings()
     spark: SparkSettings = SparkSettings()
     commit: CommitSettings = CommitSettings()
@@ -183,6 +261,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
     http: HttpSettings = HttpSettings()
+    self_optimizing: SelfOptimizingSettings = SelfOptimizingSettings()
     tables: list[TableSettings] = Field(default_factory=list)
 
     @classmethod
@@ -259,7 +338,9 @@ def describe_validation_error(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
         field = ".".join(str(p) for p in item["loc"]) or "settings"
-        got = f" (got {item['input']!r})" if "input" in item and not isinstance(item["input"], dict) else ""
+        secret = "storage_options" in item["loc"]  # credentials: name the field, never echo the value
+        shown = "input" in item and not isinstance(item["input"], dict) and not secret
+        got = f" (got {item['input']!r})" if shown else ""
         parts.append(f"invalid setting {field}: {item['msg']}{got}")
     return "; ".join(parts)
 
@@ -274,6 +355,12 @@ def load_settings(config_file: str | Path | None = None, overrides: Iterable[str
         raise SettingsError(describe_validation_error(error)) from None
     finally:
         _CONFIG_FILE.reset(token)
+
+
+def history_location(settings: Settings) -> str:
+    """Where the optimizing history table lives (self_optimizing.history_location, default under the checkpoint)."""
+    configured = settings.self_optimizing.history_location
+    return configured or settings.stream.checkpoint_location.rstrip("/") + "/history"
 
 
 def table_storage_options(settings: Settings, table: TableSettings | None) -> Mapping[str, str]:

@@ -11,7 +11,9 @@ import datetime as dt
 import decimal
 import json
 import logging
+import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,11 +71,73 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
     except TableNotFoundError:
         raise TableError(f"{uri} is not a Delta table (no _delta_log found)") from None
     except (DeltaError, OSError) as error:
-        raise TableError(f"cannot open Delta table {uri}: {_first_line(error)}") from None
+        raise TableError(f"cannot open Delta table {uri}: {describe_storage_error(error)}") from None
 
 
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SERVICE_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
+_CONNECT_ERRORS = ("Connection refused", "dns error", "tcp connect error", "timed out")
+
+
+def describe_storage_error(error: BaseException) -> str:
+    """One line for an object-store error: the store's own code and message (NoSuchBucket,
+    SignatureDoesNotMatch, AccessDenied ...) or the connection problem, not the first line of a chain of
+    wrapped errors ("Generic S3 error"). Carries no credentials: delta-rs errors never contain them."""
+    text = _ANSI.sub("", str(error))
+    service = _SERVICE_ERROR.search(text)
+    if service:
+        return f"{service.group(2).strip().rstrip('.')} ({service.group(1)})"
+    reason = next((r for r in _CONNECT_ERRORS if r in text), None)
+    if reason:
+        url = re.search(r"https?://[^/\s]+", text)
+        return f"cannot reach the storage endpoint{' ' + url.group(0) if url else ''} ({reason})"
+    return (text.strip().splitlines() or [type(error).__name__])[0]
+
+
+def _option(options: Mapping[str, str], *names: str, environment: bool = False) -> str:
+    """A delta-rs storage option by any of its names (case-insensitive); with `environment`, else the
+    environment variable delta-rs documents for it. Empty when unset."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    found = next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
+    if found is None and environment:
+        found = next((os.environ[n.upper()] for n in names if n.upper() in os.environ), None)
+    return (found or "").strip().lower()
+
+
+def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+    """Why concurrent commits to this table would be unsafe, or None when they are safe.
+
+    A Delta commit is "create version N if absent". S3 offers that only as a conditional PUT
+    (`conditional_put=etag`) or through a DynamoDB lock (`AWS_S3_LOCKING_PROVIDER=dynamodb`); without either,
+    delta-rs commits with a plain PUT and two writers of the same version silently overwrite each other.
+    GCS, Azure and local filesystems have an atomic put-if-absent of their own.
+    """
+    if urlparse(table_uri).scheme.lower() not in ("s3", "s3a"):
+        return None
+    options = storage_options or {}
+    # Only what is certain to reach delta-rs counts: conditional_put as a storage option, the lock provider
+    # also from its documented environment variable.
+    conditional = _option(options, "conditional_put", "aws_conditional_put")
+    locking = _option(options, "aws_s3_locking_provider", environment=True)
+    if conditional not in ("", "disabled") or locking == "dynamodb":
+        return None
+    return (
+        f"refusing to commit to {table_uri}: S3 without conditional puts or a lock lets concurrent writers "
+        f"overwrite each other's commits; set the storage option conditional_put=etag (AWS S3 and most "
+        f"S3-compatible stores) or AWS_S3_LOCKING_PROVIDER=dynamodb, or commit.allow_unsafe_single_writer=true "
+        f"if nothing else ever writes to this table"
+    )
+
+
+def require_safe_commits(table_uri: str, storage_options: Mapping[str, str] | None, allow_unsafe: bool) -> None:
+    """Raise a TableError unless commits to the table are safe or the user opted into unsafe single-writer mode."""
+    problem = commit_safety_problem(table_uri, storage_options)
+    if problem and not allow_unsafe:
+        raise TableError(problem)
 
 
 _KEY_TYPES: tuple[tuple[Any, KeyType], ...] = (
@@ -202,13 +266,101 @@ def table_filesystem(table_uri: str, storage_options: Mapping[str, str] | None) 
 
 
 def file_location(table_uri: str, path: str) -> str:
-    """Where `path` (relative to the table, as in the log) is for the table's filesystem."""
+    """Where `path` (relative to the table, URL-encoded as in the log) is for the table's filesystem."""
     if "://" in path:
         return path
-    path = unquote(path)
+    return _stored_location(table_uri, unquote(path))
+
+
+def _stored_location(table_uri: str, relative: str) -> str:
+    """A stored (decoded) path relative to the table root, for the table's filesystem."""
     if "://" not in table_uri:
-        return os.path.join(table_uri, path)
-    return path  # DeltaStorageHandler is rooted at the table
+        return os.path.join(table_uri, relative)
+    return relative  # DeltaStorageHandler is rooted at the table
+
+
+LOG_DIR = "_delta_log"
+
+
+def _log_file(table_uri: str, name: str) -> str:
+    return _stored_location(table_uri, f"{LOG_DIR}/{name}")
+
+
+def commit_file_exists(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether `_delta_log/<version>.json` exists: one HEAD on an object store (a stat through delta-rs
+    would also list the name as a directory; opening the file only reads its metadata)."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    try:
+        filesystem.open_input_file(_log_file(table_uri, f"{version:020d}.json")).close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_log_actions(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The actions of one commit file; FileNotFoundError when the log no longer has it."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    with filesystem.open_input_stream(_log_file(table_uri, f"{version:020d}.json")) as stream:
+        lines = stream.read().decode("utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
+    """The version `_delta_log/_last_checkpoint` names (one GET), None when the table has no checkpoint."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    try:
+        with filesystem.open_input_stream(_log_file(table_uri, "_last_checkpoint")) as stream:
+            return int(json.loads(stream.read().decode("utf-8"))["version"])
+    except (OSError, KeyError, ValueError):  # missing, unreadable or malformed: as if there were none
+        return None
+
+
+def log_versions(table_uri: str, storage_options: Mapping[str, str] | None) -> list[int]:
+    """Versions that have a commit file, from one listing of the `_delta_log/` prefix."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    selector = pafs.FileSelector(_stored_location(table_uri, LOG_DIR), allow_not_found=True)
+    names = [info.base_name for info in filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
+    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file found under a table root by listing (whatever the log says about it)."""
+
+    path: str
+    """Relative to the table root, decoded (as stored, not as the log encodes it)."""
+    bytes: int
+    modified: float | None
+    """Last modification, seconds since the epoch."""
+
+
+def list_data_files(table_uri: str, storage_options: Mapping[str, str] | None) -> list[StoredFile]:
+    """Every file under the table root outside `_delta_log/`: one prefix listing per directory level
+    (an object store lists a prefix with a delimiter, in pages); the log itself is never listed."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    root = _stored_location(table_uri, "")
+    found = []
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        for info in filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+            relative = info.path[len(root) :].lstrip("/") if root else info.path.lstrip("/")
+            if relative == LOG_DIR:
+                continue
+            if info.type == pafs.FileType.Directory:
+                pending.append(info.path)
+            elif info.type == pafs.FileType.File:
+                modified = info.mtime.timestamp() if info.mtime else None
+                found.append(StoredFile(relative, int(info.size or 0), modified))
+    return sorted(found, key=lambda f: f.path)
+
+
+def remove_stored_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
+    """Delete files by their stored (decoded) paths relative to the table root; missing ones are fine."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_file(_stored_location(table_uri, path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +471,7 @@ def blocks_from_actions(
     partitions = [_column(actions, f"partition.{c}") or [None] * len(paths) for c in partition_columns]
     dv_columns = [n for n in actions.column_names if n.lower().startswith(("deletionvector", "deletion_vector"))]
     deletion_vectors = _column(actions, dv_columns[0]) if dv_columns else None
+    cardinality = next((_column(actions, n) for n in dv_columns if n.lower().endswith("cardinality")), None)
     blocks = []
     for i, path in enumerate(paths):
         partition: Partition = tuple(
@@ -347,6 +500,7 @@ def blocks_from_actions(
                 partition=partition,
                 key_fingerprint=written.fingerprint if written else None,
                 has_deletion_vector=bool(deletion_vectors and deletion_vectors[i]),
+                deleted_rows=int(cardinality[i] or 0) if cardinality else 0,
             )
         )
     return blocks
@@ -509,10 +663,7 @@ def check_writable(table_uri: str) -> None:
 
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
     """Delete files a rewrite wrote but could not commit (they are referenced by no version)."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            filesystem.delete_file(file_location(table_uri, path))
+    remove_stored_files(table_uri, [unquote(p) for p in paths], storage_options)
 
 
 def set_table_properties(table: DeltaTable, properties: Mapping[str, str]) -> None:
@@ -565,6 +716,7 @@ def blocks_from_log_adds(
             "size_bytes": int(add.get("size", 0)),
             "num_records": stats.get("numRecords"),
             "deletionVector": add.get("deletionVector") is not None,
+            "deletionVector.cardinality": (add.get("deletionVector") or {}).get("cardinality"),
         }
         for column in key.columns:
             row[f"min.{column.name}"] = _stat_from_json(stats.get("minValues", {}).get(column.name), column)
@@ -576,3 +728,92 @@ def blocks_from_log_adds(
     if not rows:
         return []
     return blocks_from_actions(pa.Table.from_pylist(rows), key, partition_columns, table_uri, storage_options)
+
+
+_INTERVAL_UNITS = {
+    "nanosecond": 1e-9,
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 7 * 86400.0,
+}
+DEFAULT_DELETED_FILE_RETENTION_HOURS = 168.0
+"""Delta's default `delta.deletedFileRetentionDuration` (interval 1 week)."""
+
+
+def parse_delta_interval(text: str) -> float:
+    """Seconds of a Delta interval property such as `interval 7 days` (the `interval` word is optional)."""
+    words = text.strip().lower().removeprefix("interval").split()
+    if len(words) != 2 or words[1].rstrip("s") not in _INTERVAL_UNITS:
+        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')")
+    try:
+        return float(words[0]) * _INTERVAL_UNITS[words[1].rstrip("s")]
+    except ValueError:
+        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')") from None
+
+
+def deleted_file_retention_hours(table: DeltaTable) -> float:
+    """The table's `delta.deletedFileRetentionDuration` in hours: time travel within it must keep working."""
+    text = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
+    return parse_delta_interval(text) / 3600.0 if text else DEFAULT_DELETED_FILE_RETENTION_HOURS
+
+
+def vacuum_table(table: DeltaTable, retention_hours: float, *, dry_run: bool) -> list[str]:
+    """Delete files removed longer than `retention_hours` ago and no longer referenced (delta-rs vacuum,
+    which also refuses a retention below the table's own). Returns the files (to be) deleted."""
+    try:
+        return list(
+            table.vacuum(retention_hours=math.ceil(retention_hours), dry_run=dry_run, enforce_retention_duration=True)
+        )
+    except DeltaError as error:
+        raise TableError(f"vacuum failed: {_first_line(error)}") from None
+
+
+def checkpoint_table(table: DeltaTable) -> None:
+    """Write a checkpoint at the table's version (readers then skip the JSON commits before it)."""
+    try:
+        table.create_checkpoint()
+    except DeltaError as error:
+        raise TableError(f"checkpoint failed: {_first_line(error)}") from None
+
+
+def cleanup_log(table: DeltaTable) -> None:
+    """Delete log files older than `delta.logRetentionDuration` that a checkpoint makes unnecessary."""
+    try:
+        table.cleanup_metadata()
+    except DeltaError as error:
+        raise TableError(f"log cleanup failed: {_first_line(error)}") from None
+
+
+def append_rows(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None) -> None:
+    """Append rows to a Delta table, creating it on first use (the optimizing history)."""
+    from deltalake import write_deltalake
+
+    try:
+        write_deltalake(normalize_uri(location), rows, mode="append", storage_options=dict(storage_options or {}))
+    except (DeltaError, OSError) as error:
+        raise TableError(f"cannot append to {location}: {_first_line(error)}") from None
+
+
+def read_rows(location: str, storage_options: Mapping[str, str] | None) -> pa.Table | None:
+    """All rows of a Delta table; None when there is no table at `location` yet."""
+    try:
+        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return None
+    return pa.table(table.to_pyarrow_table())
+
+
+def compact_small_files(location: str, storage_options: Mapping[str, str] | None) -> int:
+    """Bin-pack a table's small files (delta-rs optimize; for our own history table, which has no key).
+    Returns the number of files removed."""
+    try:
+        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
+        return int(table.optimize.compact().get("numFilesRemoved", 0))
+    except TableNotFoundError:
+        return 0
+    except DeltaError as error:
+        raise TableError(f"cannot compact {location}: {_first_line(error)}") from None

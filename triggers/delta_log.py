@@ -1,13 +1,16 @@
 """Streaming source of Delta commits: one row per commit of the watched tables (PySpark Data Source API).
 
 Offsets are {"tables": {table_uri: last_version_read}} and live in the Spark checkpoint. New versions are
-found by probing the next `_delta_log/<version>.json` names from the last seen version (no listing per
-micro-batch), so an object-store log is polled as cheaply as a local one. A table that does not exist yet
-is watched from version -1; a log cleaned up past the offset yields one LOG_GAP row so the job reloads
-that table's state from its latest snapshot, with a warning.
+found by probing the next `_delta_log/<version>.json` names from the last seen version, never by listing,
+so an object-store log is polled as cheaply as a local one: one HEAD per new commit, and an idle poll costs
+one HEAD plus one GET of `_last_checkpoint`. A table that does not exist yet is watched from version -1; a
+log cleaned up past the offset (only possible behind a checkpoint newer than the offset) yields one LOG_GAP
+row so the job reloads that table's state from its latest snapshot, with a warning.
 
 Register with `spark.dataSource.register(DeltaLogSource)`; read with
-`spark.readStream.format("recluster-delta-log").option("tables", json.dumps([uri, ...])).load()`.
+`spark.readStream.format("recluster-delta-log").option("tables", json.dumps([uri, ...])).load()`; storage
+options with `.option("storageOptions", json.dumps({...}))` for every table and
+`.option("tableStorageOptions", json.dumps({uri: {...}}))` merged over them per table.
 """
 
 from __future__ import annotations
@@ -15,15 +18,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from recluster.table import normalize_uri, table_filesystem
+from recluster.table import commit_file_exists, last_checkpoint_version, normalize_uri, read_log_actions
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +40,18 @@ SCHEMA = (
 )
 
 
-def _log_path(table_uri: str, version: int) -> str:
-    name = f"_delta_log/{version:020d}.json"
-    return f"{table_uri}/{name}" if "://" not in table_uri else name
-
-
-def _exists(filesystem: pafs.FileSystem, path: str) -> bool:
-    return bool(filesystem.get_file_info(path).type == pafs.FileType.File)
-
-
 def newest_version(table_uri: str, after: int, limit: int, options: Mapping[str, str]) -> int:
     """The newest version in (after, after+limit] whose predecessors are all there, by probing names.
 
-    When the next commit file is missing but the log has moved on (cleaned up), returns the table's
-    current version so the reader emits a LOG_GAP row for the lost range.
+    When the next commit file is missing but the log has moved on (cleaned up behind a checkpoint newer than
+    `after`), returns the table's current version so the reader emits a LOG_GAP row for the lost range.
     """
-    filesystem = table_filesystem(table_uri, options)
     version = after
-    while version - after < limit and _exists(filesystem, _log_path(table_uri, version + 1)):
+    while version - after < limit and commit_file_exists(table_uri, version + 1, options):
         version += 1
     if version == after:
-        current = table_version(table_uri, options)
+        checkpoint = last_checkpoint_version(table_uri, options)
+        current = table_version(table_uri, options) if checkpoint is not None and checkpoint > after else None
         if current is not None and current > after + 1:
             return min(current, after + limit)
     return version
@@ -82,20 +75,17 @@ class CommitRange(InputPartition):
     table: str
     first: int
     last: int
-    options: tuple[tuple[str, str], ...]
+    options: tuple[tuple[str, str], ...] = field(repr=False)
 
 
 def commit_rows(part: CommitRange) -> Iterator[tuple[Any, ...]]:
     """Rows for the commits of one range, read from the JSON log files (stateless, runs on executors)."""
-    filesystem = table_filesystem(part.table, dict(part.options))
     for version in range(part.first, part.last + 1):
         try:
-            with filesystem.open_input_stream(_log_path(part.table, version)) as stream:
-                lines = stream.read().decode("utf-8").splitlines()
+            actions = read_log_actions(part.table, version, dict(part.options))
         except (FileNotFoundError, OSError):
             yield (part.table, version, None, LOG_GAP, None, 0, 0, 0, "[]", [], True)
             continue
-        actions = [json.loads(line) for line in lines if line.strip()]
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         adds = [a["add"] for a in actions if "add" in a]
         removes = [a["remove"]["path"] for a in actions if "remove" in a]
@@ -121,12 +111,14 @@ class DeltaLogStreamReader(DataSourceStreamReader):
             raise ValueError(f"{SOURCE_NAME}: option 'tables' must be a JSON list of table URIs")
         self.starting = options.get("startingVersion", "latest")
         self.max_commits = int(options.get("maxCommitsPerBatch", "1000"))
-        self.storage_options: dict[str, str] = json.loads(options.get("storageOptions", "{}"))
+        common: dict[str, str] = json.loads(options.get("storageOptions", "{}"))
+        per_table: dict[str, dict[str, str]] = json.loads(options.get("tableStorageOptions", "{}"))
+        self.storage_options = {table: {**common, **per_table.get(table, {})} for table in self.tables}
 
     def initialOffset(self) -> dict[str, Any]:
         versions = {}
         for table in self.tables:
-            current = table_version(table, self.storage_options)
+            current = table_version(table, self.storage_options[table])
             if current is None:
                 log.warning("delta-log source: table %s does not exist yet; watching for it", table)
                 versions[table] = -1
@@ -149,15 +141,19 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         for table in self.tables:
             if budget <= 0:
                 break
-            newest = newest_version(table, versions[table], budget, self.storage_options)
+            newest = newest_version(table, versions[table], budget, self.storage_options[table])
             budget -= newest - versions[table]
             versions[table] = newest
         return {"tables": versions}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        options = tuple(sorted(self.storage_options.items()))
         return [
-            CommitRange(table, start["tables"].get(table, -1) + 1, last, options)
+            CommitRange(
+                table,
+                start["tables"].get(table, -1) + 1,
+                last,
+                tuple(sorted(self.storage_options.get(table, {}).items())),
+            )
             for table, last in sorted(end["tables"].items())
             if last > start["tables"].get(table, -1)
         ]

@@ -1,0 +1,124 @@
+"""The optimizing history: a real Delta table, one row when a process starts and one when it ends.
+
+Quota occupation and "since last minor/major/full" times are computed from it (recluster/optimizing.py),
+so they survive restarts; anyone can query it with Spark or delta-rs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from recluster.optimizing import ProcessRecord, ProcessStatus, ProcessType
+from recluster.table import append_rows, read_rows
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        ("process_id", pa.string()),
+        ("table", pa.string()),
+        ("type", pa.string()),
+        ("group", pa.string()),
+        ("start", pa.timestamp("us", tz="UTC")),
+        ("end", pa.timestamp("us", tz="UTC")),
+        ("status", pa.string()),
+        ("files_in", pa.int64()),
+        ("bytes_in", pa.int64()),
+        ("files_out", pa.int64()),
+        ("bytes_out", pa.int64()),
+        ("rows", pa.int64()),
+        ("error", pa.string()),
+    ]
+)
+
+
+STALE_PROCESS_SECONDS = 6 * 3600.0
+"""A start row without an end row older than this belongs to a process that crashed."""
+
+
+def new_process_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _timestamp(seconds: float | None) -> dt.datetime | None:
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def _seconds(value: dt.datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def records_to_arrow(records: Sequence[ProcessRecord]) -> pa.Table:
+    columns = {name: [getattr(r, name) for r in records] for name in HISTORY_SCHEMA.names}
+    columns["type"] = [str(r.type) for r in records]
+    columns["status"] = [str(r.status) for r in records]
+    columns["start"] = [_timestamp(r.start) for r in records]
+    columns["end"] = [_timestamp(r.end) for r in records]
+    return pa.table(columns, schema=HISTORY_SCHEMA)
+
+
+def records_from_arrow(rows: pa.Table) -> list[ProcessRecord]:
+    return [
+        ProcessRecord(
+            process_id=row["process_id"],
+            table=row["table"],
+            type=ProcessType(row["type"]),
+            group=row["group"],
+            start=_seconds(row["start"]) or 0.0,
+            end=_seconds(row["end"]),
+            status=ProcessStatus(row["status"]),
+            files_in=row["files_in"],
+            bytes_in=row["bytes_in"],
+            files_out=row["files_out"],
+            bytes_out=row["bytes_out"],
+            rows=row["rows"],
+            error=row["error"],
+        )
+        for row in rows.select(HISTORY_SCHEMA.names).to_pylist()
+    ]
+
+
+def prune(records: Sequence[ProcessRecord], *, keep_after: float, stale_seconds: float) -> list[ProcessRecord]:
+    """The rows summaries still need: the rows of processes that ended after `keep_after`, of processes
+    still running (started less than `stale_seconds` before it), and the latest successful end row per
+    (table, type) for the "last optimized" times."""
+    ends = {r.process_id: r.end for r in records if r.end is not None}
+    latest: dict[tuple[str, ProcessType], ProcessRecord] = {}
+    for record in records:
+        if record.status is ProcessStatus.SUCCESS and record.end is not None:
+            seen = latest.get((record.table, record.type))
+            if seen is None or (seen.end or 0.0) < record.end:
+                latest[(record.table, record.type)] = record
+    kept = {id(r) for r in latest.values()}
+
+    def needed(record: ProcessRecord) -> bool:
+        end = ends.get(record.process_id)
+        return end >= keep_after if end is not None else record.start >= keep_after - stale_seconds
+
+    return [r for r in records if id(r) in kept or needed(r)]
+
+
+@dataclass
+class HistoryStore:
+    """Appends process rows to the history table and keeps, in memory, the rows summaries need (read once;
+    a long-running job prunes what fell out of the window, so memory stays bounded)."""
+
+    location: str
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    window_seconds: float = 3600.0
+    _records: list[ProcessRecord] | None = field(default=None, repr=False)
+
+    def records(self) -> list[ProcessRecord]:
+        if self._records is None:
+            rows = read_rows(self.location, self.storage_options)
+            self._records = [] if rows is None else records_from_arrow(rows)
+        return self._records
+
+    def append(self, *records: ProcessRecord) -> None:
+        append_rows(self.location, records_to_arrow(records), self.storage_options)
+        kept = self.records() + list(records)
+        self._records = prune(kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS)

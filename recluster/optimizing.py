@@ -1,0 +1,447 @@
+"""Self-optimizing (DESIGN §8, Amoro's ideas on Delta). Pure: blocks, properties and history in; health,
+the pending work, plans and the scheduling order out. No I/O.
+
+Appended files (level 0: what writers produced) smaller than target_size / fragment_ratio are *fragments*,
+the rest *segments*; segments below target_size x min_target_size_ratio are *undersized*. Files of higher
+levels were sized by reclustering (clustering.target_rows/target_file_bytes) and are left to it: compacting
+them too would undo its cuts. **minor** compacts a partition's fragments into segments, sorted by the
+cluster key, so the outputs form one sorted run at level 0 and lower its depth instead of fighting
+reclustering; **major** combines undersized segments (and would purge deleted rows:
+files with deletion vectors are reported and skipped, our merge does not apply them); **full** rewrites a
+whole partition. Tables are scheduled per optimizer group: `quota` (lowest quota occupation first, occupation
+= busy time in the window / (window x quota)) or `balanced` (longest since last optimized first); a table
+at or over its quota waits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from recluster.blocks import LEVEL_APPENDED, LEVEL_CONSTANT, Block, Partition
+from recluster.selection import MergeTask, Reason, ReclusterPlan, SelectionBounds, Skipped
+from recluster.settings import OptimizerGroup, SelfOptimizingSettings, SettingsError
+
+
+class ProcessType(StrEnum):
+    """Kinds of process the scheduler runs and the history table records."""
+
+    MINOR = "minor"
+    MAJOR = "major"
+    FULL = "full"
+    RECLUSTER = "recluster"
+    MAINTENANCE = "maintenance"
+
+
+OPTIMIZING_TYPES = (ProcessType.MINOR, ProcessType.MAJOR, ProcessType.FULL)
+
+
+class TableState(StrEnum):
+    """What `recluster status` shows for a table: idle, pending work, the running process, or disabled."""
+
+    IDLE = "idle"
+    PENDING = "pending"
+    MINOR = "minor"
+    MAJOR = "major"
+    FULL = "full"
+    RECLUSTER = "recluster"
+    MAINTENANCE = "maintenance"
+    DISABLED = "disabled"
+
+
+class ProcessStatus(StrEnum):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizingConfig:
+    """One table's self-optimizing settings: the defaults, overridden by its `self-optimizing.*` properties."""
+
+    enabled: bool
+    recluster_enabled: bool
+    group: str
+    quota: float
+    target_size: int
+    fragment_ratio: float
+    min_target_size_ratio: float
+    minor_trigger_file_count: int
+    minor_trigger_interval_ms: int
+    major_trigger_duplicate_ratio: float
+    major_trigger_undersized_count: int
+    full_trigger_interval_ms: int
+
+    @property
+    def fragment_bytes(self) -> float:
+        """Files below this size are fragments."""
+        return self.target_size / self.fragment_ratio
+
+    @property
+    def undersized_bytes(self) -> float:
+        """Segments below this size are undersized."""
+        return self.target_size * self.min_target_size_ratio
+
+
+RECLUSTER_ENABLED_PROPERTY = "recluster.enabled"
+PROPERTY_NAMES: Mapping[str, str] = {
+    "enabled": "self-optimizing.enabled",
+    "recluster_enabled": RECLUSTER_ENABLED_PROPERTY,
+    "group": "self-optimizing.group",
+    "quota": "self-optimizing.quota",
+    "target_size": "self-optimizing.target-size",
+    "fragment_ratio": "self-optimizing.fragment-ratio",
+    "min_target_size_ratio": "self-optimizing.min-target-size-ratio",
+    "minor_trigger_file_count": "self-optimizing.minor.trigger.file-count",
+    "minor_trigger_interval_ms": "self-optimizing.minor.trigger.interval",
+    "major_trigger_duplicate_ratio": "self-optimizing.major.trigger.duplicate-ratio",
+    "major_trigger_undersized_count": "self-optimizing.major.trigger.undersized-count",
+    "full_trigger_interval_ms": "self-optimizing.full.trigger.interval",
+}
+"""Table property of each config field (Amoro's names; intervals in milliseconds)."""
+
+_POSITIVE = {"quota", "target_size", "min_target_size_ratio", "major_trigger_duplicate_ratio"}
+
+
+def _parse_property(name: str, kind: type, text: str) -> Any:
+    value: Any
+    if kind is bool:
+        if text.strip().lower() not in ("true", "false"):
+            raise ValueError("expected true or false")
+        return text.strip().lower() == "true"
+    value = kind(text.strip())
+    if name in _POSITIVE and value <= 0:
+        raise ValueError("must be greater than 0")
+    if name == "fragment_ratio" and value <= 1:
+        raise ValueError("must be greater than 1")
+    if name in ("minor_trigger_file_count", "major_trigger_undersized_count") and value < 2:
+        raise ValueError("must be at least 2")
+    return value
+
+
+def optimizing_config(properties: Mapping[str, str], defaults: SelfOptimizingSettings) -> OptimizingConfig:
+    """The table's config; a malformed property is a SettingsError naming the property and its value."""
+    values: dict[str, Any] = {"recluster_enabled": True}
+    for spec in fields(OptimizingConfig):
+        values.setdefault(spec.name, getattr(defaults, spec.name, None))
+        prop = PROPERTY_NAMES[spec.name]
+        if prop not in properties:
+            continue
+        kind = type(values[spec.name])
+        try:
+            values[spec.name] = _parse_property(spec.name, kind, properties[prop])
+        except ValueError as error:
+            reason = str(error) if kind is bool or "must" in str(error) else f"expected {kind.__name__}"
+            raise SettingsError(f"invalid table property {prop}={properties[prop]!r}: {reason}") from None
+    if values["group"] not in defaults.groups:
+        raise SettingsError(
+            f"table property {PROPERTY_NAMES['group']}={values['group']!r} names no optimizer group "
+            f"(configured: {', '.join(sorted(defaults.groups))})"
+        )
+    return OptimizingConfig(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHealth:
+    """File-size and deleted-row pressure of one partition."""
+
+    partition: Partition
+    files: int
+    bytes: int
+    fragments: int
+    undersized: int
+    deletion_vector_files: int
+    deleted_rows: int = 0
+    rows: int = 0
+    heavy_deletion_files: int = 0
+    """Files whose deletion vectors hide more than major.trigger.duplicate-ratio of their rows."""
+
+    @property
+    def segments(self) -> int:
+        return self.files - self.fragments
+
+
+@dataclass(frozen=True, slots=True)
+class TableHealth:
+    partitions: tuple[PartitionHealth, ...]
+
+    @property
+    def files(self) -> int:
+        return sum(p.files for p in self.partitions)
+
+    @property
+    def fragments(self) -> int:
+        return sum(p.fragments for p in self.partitions)
+
+    @property
+    def undersized(self) -> int:
+        return sum(p.undersized for p in self.partitions)
+
+    @property
+    def deletion_vector_files(self) -> int:
+        return sum(p.deletion_vector_files for p in self.partitions)
+
+    @property
+    def small_file_pressure(self) -> float:
+        """Share of files that are fragments minor could combine (0 healthy; one small file alone in its
+        partition is no pressure: there is nothing to combine it with)."""
+        extra = sum(max(p.fragments - 1, 0) for p in self.partitions)
+        return extra / self.files if self.files else 0.0
+
+    @property
+    def deleted_row_pressure(self) -> float:
+        """Share of the rows in data files that deletion vectors hide."""
+        rows = sum(p.rows for p in self.partitions)
+        return sum(p.deleted_rows for p in self.partitions) / rows if rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "fragments": self.fragments,
+            "segments": self.files - self.fragments,
+            "undersized_segments": self.undersized,
+            "deletion_vector_files": self.deletion_vector_files,
+            "heavy_deletion_files": sum(p.heavy_deletion_files for p in self.partitions),
+            "small_file_pressure": round(self.small_file_pressure, 4),
+            "deleted_row_pressure": round(self.deleted_row_pressure, 4),
+        }
+
+
+def _by_partition(blocks: Iterable[Block]) -> list[tuple[Partition, list[Block]]]:
+    """Blocks grouped by partition, partitions in a stable order (NULL partition values first)."""
+    groups: dict[Partition, list[Block]] = {}
+    for block in blocks:
+        groups.setdefault(block.partition, []).append(block)
+    return sorted(groups.items(), key=lambda item: [(name, value is not None, value or "") for name, value in item[0]])
+
+
+def _is_fragment(block: Block, config: OptimizingConfig) -> bool:
+    return block.level == LEVEL_APPENDED and block.bytes < config.fragment_bytes
+
+
+def _is_undersized(block: Block, config: OptimizingConfig) -> bool:
+    return block.level == LEVEL_APPENDED and config.fragment_bytes <= block.bytes < config.undersized_bytes
+
+
+def table_health(blocks: Iterable[Block], config: OptimizingConfig) -> TableHealth:
+    return TableHealth(
+        tuple(
+            PartitionHealth(
+                partition,
+                len(group),
+                sum(b.bytes for b in group),
+                sum(_is_fragment(b, config) for b in group),
+                sum(_is_undersized(b, config) for b in group),
+                sum(b.has_deletion_vector for b in group),
+                sum(b.deleted_rows for b in group),
+                sum(b.rows for b in group),
+                sum(b.deleted_rows > b.rows * config.major_trigger_duplicate_ratio for b in group),
+            )
+            for partition, group in _by_partition(blocks)
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """One row of the history table: a process's start row (status running), then its end row."""
+
+    process_id: str
+    table: str
+    type: ProcessType
+    group: str
+    start: float
+    """Seconds since the epoch."""
+    end: float | None = None
+    status: ProcessStatus = ProcessStatus.RUNNING
+    files_in: int = 0
+    bytes_in: int = 0
+    files_out: int = 0
+    bytes_out: int = 0
+    rows: int = 0
+    error: str | None = None
+
+    def finished(self, end: float, status: ProcessStatus, **amounts: Any) -> ProcessRecord:
+        return replace(self, end=end, status=status, **amounts)
+
+
+@dataclass(frozen=True, slots=True)
+class TableHistory:
+    """What the history says about one table: last successful time per type, busy seconds in the window,
+    and the process running now (a start row without an end row)."""
+
+    last: Mapping[ProcessType, float] = field(default_factory=dict)
+    busy_seconds: float = 0.0
+    running: ProcessType | None = None
+
+    @property
+    def last_optimized(self) -> float | None:
+        """Latest end of any optimizing or recluster process (balanced scheduling orders by it)."""
+        times = [t for kind, t in self.last.items() if kind is not ProcessType.MAINTENANCE]
+        return max(times) if times else None
+
+
+def table_history(
+    records: Iterable[ProcessRecord], table: str, *, now: float, window_seconds: float, stale_seconds: float
+) -> TableHistory:
+    """Summarize the history rows of one table (the latest row of each process wins).
+
+    A start row without an end row counts as running until `stale_seconds` old (then its process crashed);
+    busy time is each process's overlap with [now - window, now], a running one counting up to now.
+    """
+    latest: dict[str, ProcessRecord] = {}
+    for record in records:
+        if record.table != table:
+            continue
+        seen = latest.get(record.process_id)
+        if seen is None or (record.end is not None and seen.end is None):
+            latest[record.process_id] = record
+    last: dict[ProcessType, float] = {}
+    busy = 0.0
+    running: tuple[float, ProcessType] | None = None
+    for record in latest.values():
+        if record.end is None:
+            if now - record.start > stale_seconds:
+                continue
+            if running is None or record.start > running[0]:
+                running = (record.start, record.type)
+        elif record.status is ProcessStatus.SUCCESS:
+            last[record.type] = max(last.get(record.type, 0.0), record.end)
+        end = now if record.end is None else record.end
+        if record.type is not ProcessType.MAINTENANCE:
+            busy += max(0.0, min(end, now) - max(record.start, now - window_seconds))
+    return TableHistory(last, busy, running[1] if running else None)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWork:
+    """The optimizing a table needs now and why (None: nothing is due)."""
+
+    type: ProcessType | None
+    reason: str
+
+
+def pending_optimizing(
+    health: TableHealth, config: OptimizingConfig, history: TableHistory, *, now: float
+) -> PendingWork:
+    """Amoro's triggers: full on its interval (off by default), major on undersized segments, minor on
+    enough fragments or its interval since the last minor."""
+    if not config.enabled:
+        return PendingWork(None, "disabled")
+    if config.full_trigger_interval_ms >= 0 and health.files > 1:
+        since = now - history.last.get(ProcessType.FULL, 0.0)
+        if since * 1000 >= config.full_trigger_interval_ms:
+            return PendingWork(ProcessType.FULL, "full_interval")
+    if any(p.undersized >= config.major_trigger_undersized_count for p in health.partitions):
+        return PendingWork(ProcessType.MAJOR, "undersized_segments")
+    if any(p.fragments >= config.minor_trigger_file_count for p in health.partitions):
+        return PendingWork(ProcessType.MINOR, "fragment_count")
+    if config.minor_trigger_interval_ms >= 0 and any(p.fragments >= 2 for p in health.partitions):
+        since = now - history.last.get(ProcessType.MINOR, 0.0)
+        if since * 1000 >= config.minor_trigger_interval_ms:
+            return PendingWork(ProcessType.MINOR, "minor_interval")
+    return PendingWork(None, "healthy")
+
+
+def _sort_key(block: Block) -> tuple[bool, bytes, str]:
+    return (block.clustered, block.min_key or b"", block.path)
+
+
+def _chunked_tasks(
+    partition: Partition, files: Sequence[Block], reason: Reason, bounds: SelectionBounds, target_size: int
+) -> list[MergeTask]:
+    """Tasks of at most the byte and file bounds over `files` in key order. A chunk is kept only when its
+    outputs (cut at target_size) are fewer than its inputs: every process then lowers the file count, so
+    compaction can never loop on files that compress below the target."""
+    tasks: list[MergeTask] = []
+    chunk: list[Block] = []
+
+    def close() -> None:
+        if len(chunk) >= 2 and math.ceil(sum(b.bytes for b in chunk) / target_size) < len(chunk):
+            level = max(0, max(b.level for b in chunk))
+            tasks.append(MergeTask(partition, level, level, tuple(chunk), reason, 0))
+
+    for block in sorted(files, key=_sort_key):
+        if chunk and (
+            sum(b.bytes for b in chunk) + block.bytes > bounds.max_task_bytes or len(chunk) >= bounds.max_task_files
+        ):
+            close()
+            chunk = []
+        chunk.append(block)
+    close()
+    return tasks
+
+
+def plan_optimizing(
+    table: str,
+    version: int,
+    blocks: Sequence[Block],
+    config: OptimizingConfig,
+    kind: ProcessType,
+    bounds: SelectionBounds,
+) -> ReclusterPlan:
+    """The merge tasks of one optimizing process, per partition, bounded like every merge.
+
+    Outputs keep the highest input level (clamped at 0), so compacted data never moves down a level.
+    """
+    if kind not in OPTIMIZING_TYPES:
+        raise ValueError(f"{kind} is not an optimizing type")
+    reason = {ProcessType.MINOR: Reason.MINOR, ProcessType.MAJOR: Reason.MAJOR, ProcessType.FULL: Reason.FULL}[kind]
+    tasks: list[MergeTask] = []
+    skipped: list[Skipped] = []
+    for partition, group in _by_partition(blocks):
+        with_dv = [b for b in group if b.has_deletion_vector]
+        if with_dv:
+            skipped.append(Skipped(Reason.DELETION_VECTOR, len(with_dv), f"partition={list(partition)}"))
+        usable = [b for b in group if not b.has_deletion_vector and b.level != LEVEL_CONSTANT]
+        if kind is ProcessType.MINOR:
+            chosen = [b for b in usable if _is_fragment(b, config)]
+        elif kind is ProcessType.MAJOR:
+            chosen = [b for b in usable if _is_undersized(b, config)]
+        else:
+            chosen = usable
+        tasks.extend(_chunked_tasks(partition, chosen, reason, bounds, config.target_size))
+    return ReclusterPlan(table, version, kind is ProcessType.FULL, tuple(tasks[: bounds.max_tasks]), tuple(skipped))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A table with due work, as the scheduler sees it."""
+
+    table: str
+    group: str
+    quota: float
+    work: ProcessType
+    busy_seconds: float
+    last_optimized: float | None
+
+    def occupation(self, window_seconds: float) -> float:
+        """Busy time in the window / (window x quota): 1.0 means the table used its whole quota."""
+        return self.busy_seconds / (window_seconds * self.quota)
+
+
+def schedule(
+    candidates: Iterable[Candidate], groups: Mapping[str, OptimizerGroup], *, window_seconds: float
+) -> tuple[list[Candidate], list[Candidate]]:
+    """(to run, in order; waiting because over quota). Per group its policy orders the tables and at most
+    `max_concurrent_tasks` of them run now; groups are interleaved so none starves another."""
+    by_group: dict[str, list[Candidate]] = {}
+    waiting: list[Candidate] = []
+    for candidate in candidates:
+        if candidate.occupation(window_seconds) >= 1.0:
+            waiting.append(candidate)
+        else:
+            by_group.setdefault(candidate.group, []).append(candidate)
+    queues: list[list[Candidate]] = []
+    for name, members in sorted(by_group.items()):
+        group = groups[name]
+        if group.policy == "quota":
+            members.sort(key=lambda c: (c.occupation(window_seconds), c.table))
+        else:
+            members.sort(key=lambda c: (c.last_optimized is not None, c.last_optimized or 0.0, c.table))
+        queues.append(members[: group.max_concurrent_tasks])
+    ordered = [queue[i] for i in range(max((len(q) for q in queues), default=0)) for queue in queues if i < len(queue)]
+    return ordered, waiting

@@ -1,0 +1,516 @@
+"""Tables on an S3-compatible object store, end to end: a real local S3 server (moto_server, with IAM
+signature checks on), real Delta tables written by delta-rs, real Spark merges reading and writing the data
+files through pyarrow.fs (no Hadoop jars), rows checked by reading the table back."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from botocore.exceptions import EndpointConnectionError
+from deltalake import DeltaTable, write_deltalake
+
+from jobs.autorecluster import start_job, stop_gracefully
+from recluster.api import table_info
+from recluster.blocks import parse_data_file_name
+from recluster.commit import CommitStatus, commit_task
+from recluster.maintenance import clean_orphans, find_orphans, maintain_table
+from recluster.merge import spark_reads_natively
+from recluster.rounds import recluster_table, selection_bounds, snapshot_loader, write_task
+from recluster.selection import select_merge_tasks
+from recluster.settings import (
+    CLUSTER_BY_PROPERTY,
+    ClusteringSettings,
+    CommitSettings,
+    MaintenanceSettings,
+    Settings,
+    SparkSettings,
+    StreamSettings,
+    TableSettings,
+    load_settings,
+)
+from recluster.table import TableError, last_checkpoint_version, set_table_properties
+from tests.helpers import row_multiset
+from triggers.delta_log import LOG_GAP, CommitRange, commit_rows, newest_version
+
+REGION = "us-east-1"
+SECRET_MARKER = "never-print-me"
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    key_id: str
+    secret: str = field(repr=False)
+    bucket: str
+    request_log: Path
+
+    def options(self) -> dict[str, str]:
+        """delta-rs storage options for the server; conditional_put=etag makes concurrent commits safe."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": self.key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "AWS_REGION": REGION,
+            "conditional_put": "etag",
+        }
+
+    def table_uri(self, name: str) -> str:
+        return f"s3://{self.bucket}/{name}-{uuid.uuid4().hex[:8]}"
+
+    def client(self):
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.key_id,
+            aws_secret_access_key=self.secret,
+            region_name=REGION,
+        )
+
+    def requests(self) -> list[str]:
+        """The request lines the server logged so far ("GET /bucket/key?query HTTP/1.1")."""
+        text, deadline = "", time.monotonic() + 5
+        while time.monotonic() < deadline:  # the server logs a request just after answering it: wait for quiet
+            time.sleep(0.2)
+            latest = self.request_log.read_text(encoding="utf-8", errors="replace")
+            if latest == text:
+                break
+            text = latest
+        text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+        return [line.split('"')[1] for line in text.splitlines() if line.count('"') >= 2 and " HTTP/1.1" in line]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory) -> Iterator[S3Server]:
+    """moto_server on a free loopback port. After three unauthenticated IAM calls (user, policy, access key)
+    it checks every request's signature, so wrong credentials fail as they would on AWS."""
+    port = _free_port()
+    request_log = tmp_path_factory.mktemp("moto") / "requests.log"
+    server = Path(sys.executable).parent / "moto_server"
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    with open(request_log, "w", encoding="utf-8") as log_file:
+        process = subprocess.Popen(
+            [str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=log_file, stderr=subprocess.STDOUT, env=env
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        admin = {"endpoint_url": endpoint, "aws_access_key_id": "x", "aws_secret_access_key": "x"}
+        iam = boto3.client("iam", region_name=REGION, **admin)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                iam.create_user(UserName="recluster")
+                break
+            except EndpointConnectionError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="recluster", PolicyName="all", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="recluster")["AccessKey"]
+        found = S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], "lake", request_log)
+        found.client().create_bucket(Bucket=found.bucket)
+        yield found
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def append(s3: S3Server, uri: str, data: pa.Table) -> None:
+    options = s3.options()
+    created = _exists(uri, options)
+    write_deltalake(uri, data, mode="append", storage_options=options)
+    if not created:
+        set_table_properties(DeltaTable(uri, storage_options=options), {CLUSTER_BY_PROPERTY: "k"})
+
+
+def _exists(uri: str, options: dict[str, str]) -> bool:
+    try:
+        DeltaTable(uri, storage_options=options)
+    except Exception:
+        return False
+    return True
+
+
+def random_batches(s3: S3Server, uri: str, batches: int, rows: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for batch in range(batches):
+        keys = rng.integers(-(10**9), 10**9, size=rows)
+        append(
+            s3,
+            uri,
+            pa.table(
+                {
+                    "k": pa.array(keys, pa.int64()),
+                    "batch": pa.array([batch] * rows, pa.int32()),
+                    "s": pa.array([f"v{x % 97}" for x in keys.tolist()]),
+                }
+            ),
+        )
+
+
+def read_back(s3: S3Server, uri: str, version: int | None = None) -> pa.Table:
+    table = DeltaTable(uri, storage_options=s3.options())
+    if version is not None:
+        table.load_as_version(version)
+    return table.to_pyarrow_table()
+
+
+def settings_for(s3: S3Server) -> Settings:
+    return Settings(
+        storage_options=s3.options(),
+        clustering=ClusteringSettings(target_rows=6_000, max_tasks_per_round=2),
+    )
+
+
+def run(uri: str, spark, settings: Settings, **options):
+    loader = snapshot_loader(uri, settings, None)
+    return recluster_table(uri, loader, settings=settings, spark_factory=lambda: spark, **options)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "recluster.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+def s3_environment(s3: S3Server, secret: str | None = None) -> dict[str, str]:
+    """The standard AWS environment variables (what a deployment sets instead of storage options)."""
+    return {
+        "AWS_ENDPOINT_URL": s3.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": s3.key_id,
+        "AWS_SECRET_ACCESS_KEY": secret or s3.secret,
+        "AWS_REGION": REGION,
+        "RECLUSTER_STORAGE_OPTIONS__CONDITIONAL_PUT": "etag",
+    }
+
+
+@pytest.mark.spark
+def test_info_and_final_recluster_on_s3(s3, spark):
+    uri = s3.table_uri("events")
+    random_batches(s3, uri, batches=12, rows=1_000, seed=1)
+    settings = settings_for(s3)
+    before_rows = row_multiset(read_back(s3, uri))
+    version_before = DeltaTable(uri, storage_options=s3.options()).version()
+    assert table_info(uri, settings=settings).info.table.average_depth == 12.0
+    assert not spark_reads_natively(spark, uri)  # no Hadoop S3 jars here: merges read through pyarrow.fs
+    forced = Settings(storage_options=s3.options(), spark=SparkSettings(data_reader="spark"))
+    with pytest.raises(TableError, match=r"no Hadoop filesystem for s3://"):
+        run(uri, spark, forced, final=True)
+    assert DeltaTable(uri, storage_options=s3.options()).version() == version_before
+
+    result = run(uri, spark, settings, final=True)
+
+    assert result.stop_reason == "within_threshold" and result.conflicts == 0 and result.failures == 0
+    assert result.after.table.average_depth == 1.0
+    assert row_multiset(read_back(s3, uri)) == before_rows
+    live = pa.table(DeltaTable(uri, storage_options=s3.options()).get_add_actions(flatten=True)).to_pylist()
+    assert live and all(parse_data_file_name(a["path"]) and a["min.k"] is not None for a in live)
+    assert row_multiset(read_back(s3, uri, version_before)) == before_rows  # time travel still reads
+
+    # The CLI configured only by the standard AWS environment variables.
+    shown = cli("info", uri, "--json", env=s3_environment(s3))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["average_depth"] == 1.0
+
+
+@pytest.mark.spark
+def test_pyarrow_reader_equals_spark_reader_on_local_files(tmp_path, spark):
+    """The jar-free reader must read exactly what Spark's reader reads, schema evolution included."""
+    path = str(tmp_path / "evolved")
+    rng = np.random.default_rng(3)
+    for i in range(4):
+        columns = {
+            "k": pa.array(rng.integers(0, 1000, 500), pa.int64()),
+            "ts": pa.array(rng.integers(0, 10**15, 500), pa.timestamp("us", tz="UTC")),
+            "d": pa.array([None if x % 7 == 0 else f"{x}.25" for x in range(500)]).cast(pa.decimal128(12, 2)),
+        }
+        if i >= 2:
+            columns["late"] = pa.array([f"late-{x}" for x in range(500)])
+        write_deltalake(path, pa.table(columns), mode="append", schema_mode="merge")
+    set_table_properties(DeltaTable(path), {CLUSTER_BY_PROPERTY: "k"})
+    expected = row_multiset(DeltaTable(path).to_pyarrow_table())
+    settings = Settings(spark=SparkSettings(data_reader="pyarrow"), clustering=ClusteringSettings(target_rows=600))
+    result = run(path, spark, settings, final=True)
+    assert result.tasks >= 1 and result.after.table.average_depth == 1.0
+    assert row_multiset(DeltaTable(path).to_pyarrow_table()) == expected
+
+
+@pytest.mark.spark
+def test_concurrent_delete_during_merge_on_s3_wins(s3, spark):
+    uri = s3.table_uri("conflict")
+    random_batches(s3, uri, batches=4, rows=500, seed=3)
+    settings = settings_for(s3)
+    snapshot = snapshot_loader(uri, settings, None)()
+    (task,) = select_merge_tasks(
+        uri, snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None)
+    ).tasks
+    written = write_task(spark, task, snapshot, settings=settings, run_id="0000000000e1")
+    ours = {key["Key"] for key in s3.client().list_objects_v2(Bucket=s3.bucket)["Contents"]}
+    assert all(any(k.endswith(f.path) for k in ours) for f in written)
+    # A writer deletes rows of an input file after the merge read it and before it commits.
+    DeltaTable(uri, storage_options=s3.options()).delete("batch = 1")
+    expected = row_multiset(read_back(s3, uri))
+    outcome = commit_task(
+        task,
+        written,
+        table_uri=snapshot.uri,
+        storage_options=snapshot.storage_options,
+        read_version=snapshot.version,
+        run_id="0000000000e1",
+        task_id="t-conflict",
+        settings=settings.commit,
+    )
+    assert outcome.status is CommitStatus.CONFLICT
+    assert row_multiset(read_back(s3, uri)) == expected
+    prefix = uri.split(f"s3://{s3.bucket}/", 1)[1]
+    left = {key["Key"] for key in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix)["Contents"]}
+    assert not any(k.endswith(f.path) for k in left for f in written)  # our outputs were deleted
+    result = run(uri, spark, settings, final=True)  # the next round re-plans on the new snapshot
+    assert result.conflicts == 0 and result.tasks >= 1
+    assert row_multiset(read_back(s3, uri)) == expected
+    assert not pc.any(pc.equal(read_back(s3, uri)["batch"], 1)).as_py()  # deleted rows stay deleted
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_job_on_s3(s3, spark, tmp_path):
+    uri = s3.table_uri("stream")
+    rng = np.random.default_rng(11)
+    appended = []
+
+    def write(batch: int) -> None:
+        data = pa.table(
+            {"k": pa.array(rng.integers(0, 10**9, 2_000), pa.int64()), "batch": pa.array([batch] * 2_000, pa.int32())}
+        )
+        append(s3, uri, data)
+        appended.append(data)
+
+    write(0)
+    settings = Settings(
+        storage_options={"AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true"},
+        clustering=ClusteringSettings(target_rows=5_000),
+        stream=StreamSettings(
+            checkpoint_location=str(tmp_path / "checkpoint"), trigger_interval_seconds=0.2, starting_version="earliest"
+        ),
+        tables=[TableSettings(uri=uri, storage_options=s3.options())],  # per-table options over the global ones
+    )
+    query, handler = start_job(spark, settings, settings.tables)
+    try:
+        for batch in range(1, 6):
+            write(batch)
+            if batch == 3:  # a concurrent DELETE between micro-batches: the delete wins, nothing else is lost
+                DeltaTable(uri, storage_options=s3.options()).delete("batch = 2")
+            query.processAllAvailable()
+        first = handler.status[uri]
+        progress = "".join(str(p) for p in query.recentProgress)
+    finally:
+        stop_gracefully(query, handler)
+    # Restart on the same checkpoint: the state is rebuilt from the log on the store, nothing is redone.
+    query, handler = start_job(spark, settings, settings.tables)
+    try:
+        for batch in range(6, 10):
+            write(batch)
+            query.processAllAvailable()
+        second = handler.status[uri]
+    finally:
+        stop_gracefully(query, handler)
+    assert first.tasks > 0 and second.tasks > 0 and first.failures == 0 and second.failures == 0, (first, second)
+    survivors = pa.concat_tables(appended)
+    survivors = survivors.filter(pc.not_equal(survivors["batch"], 2))
+    assert row_multiset(read_back(s3, uri)) == row_multiset(survivors)
+    assert s3.secret not in progress and s3.secret not in repr(handler.tracked)
+    info = table_info(uri, settings=settings).info
+    assert info.table.average_depth < 10 / 2  # far below the 10 overlapping appends it would have without us
+
+
+def test_delta_log_polling_never_lists(s3):
+    """Polling an idle table costs one HEAD and one GET; each new commit one HEAD more; never a LIST."""
+    uri = s3.table_uri("poll")
+    options = s3.options()
+    append(s3, uri, pa.table({"k": pa.array([1, 2], pa.int64())}))
+    version = DeltaTable(uri, storage_options=options).version()
+    before = len(s3.requests())
+    for _ in range(5):
+        assert newest_version(uri, version, 1000, options) == version
+    idle = s3.requests()[before:]
+    assert len(idle) == 10 and not any("list-type" in r for r in idle), idle
+    for value in range(3):
+        write_deltalake(uri, pa.table({"k": pa.array([value], pa.int64())}), mode="append", storage_options=options)
+    before = len(s3.requests())
+    assert newest_version(uri, version, 1000, options) == version + 3
+    polled = s3.requests()[before:]
+    assert len(polled) == 4 and all(r.startswith("HEAD ") for r in polled), polled
+
+    # The log is cleaned up behind a checkpoint past a reader's offset: the gap is found (one LOG_GAP row a lost
+    # commit) without any listing while nothing is missing.
+    table = DeltaTable(uri, storage_options=options)
+    table.create_checkpoint()
+    prefix = uri.split(f"s3://{s3.bucket}/", 1)[1]
+    for lost in range(version + 2):
+        s3.client().delete_object(Bucket=s3.bucket, Key=f"{prefix}/_delta_log/{lost:020d}.json")
+    assert newest_version(uri, version, 1000, options) == version + 3
+    rows = list(commit_rows(CommitRange(uri, version + 1, version + 3, tuple(sorted(options.items())))))
+    assert [(r[1], r[3]) for r in rows] == [(version + 1, LOG_GAP), (version + 2, "WRITE"), (version + 3, "WRITE")]
+    before = len(s3.requests())
+    assert newest_version(uri, version + 3, 1000, options) == version + 3  # idle again: still no listing
+    assert not any("list-type" in r for r in s3.requests()[before:])
+
+
+@pytest.mark.spark
+def test_orphan_cleanup_on_s3(s3, spark):
+    uri = s3.table_uri("orphans")
+    random_batches(s3, uri, batches=3, rows=500, seed=41)
+    settings = settings_for(s3)
+    run(uri, spark, settings, final=True)
+    random_batches(s3, uri, batches=3, rows=500, seed=42)
+    run(uri, spark, settings, final=True)  # the first outputs are removed but reachable by time travel
+    old_version = DeltaTable(uri, storage_options=s3.options()).version() - 1
+    expected_old = row_multiset(read_back(s3, uri, old_version))
+    random_batches(s3, uri, batches=2, rows=500, seed=43)
+    expected = row_multiset(read_back(s3, uri))
+    snapshot = snapshot_loader(uri, settings, None)()
+    (task, *_) = select_merge_tasks(
+        uri, snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None)
+    ).tasks
+    crashed = {f.path for f in write_task(spark, task, snapshot, settings=settings, run_id="0000000000cc")}
+    prefix = uri.split(f"s3://{s3.bucket}/", 1)[1]
+    s3.client().put_object(Bucket=s3.bucket, Key=f"{prefix}/notes.parquet", Body=b"not ours")
+
+    options = s3.options()
+    assert find_orphans(uri, safety_age_seconds=3600, storage_options=options).orphans == ()  # too young
+    found = find_orphans(uri, safety_age_seconds=0, storage_options=options)
+    assert {o.path for o in found.orphans} == crashed
+    result = clean_orphans(uri, safety_age_seconds=0, storage_options=options)
+    assert result.deleted and {o.path for o in result.orphans} == crashed
+    left = {k["Key"] for k in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix)["Contents"]}
+    assert f"{prefix}/notes.parquet" in left and not any(k.endswith(p) for k in left for p in crashed)
+    assert row_multiset(read_back(s3, uri)) == expected
+    assert row_multiset(read_back(s3, uri, old_version)) == expected_old
+
+    # Scheduled maintenance on the store: vacuum (retention shortened to nothing), a checkpoint, log cleanup.
+    set_table_properties(
+        DeltaTable(uri, storage_options=options), {"delta.deletedFileRetentionDuration": "interval 0 hours"}
+    )
+    maintenance = MaintenanceSettings(retention_hours=0, checkpoint_every_versions=1)
+    maintained = maintain_table(uri, maintenance, storage_options=options)
+    assert maintained.vacuumed and maintained.checkpoint_version == maintained.version
+    assert last_checkpoint_version(uri, options) == maintained.version
+    left = {k["Key"] for k in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix)["Contents"]}
+    assert not any(k.endswith(p) for k in left for p in maintained.vacuumed)
+    assert row_multiset(read_back(s3, uri)) == expected
+
+
+@pytest.mark.spark
+def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark):
+    uri = s3.table_uri("unsafe")
+    unsafe = s3.options()
+    del unsafe["conditional_put"]
+    random_batches(s3, uri, batches=3, rows=300, seed=5)
+    version = DeltaTable(uri, storage_options=unsafe).version()
+    settings = Settings(storage_options=unsafe)
+    with pytest.raises(TableError, match=r"refusing to commit to s3://.*conditional_put=etag"):
+        run(uri, spark, settings, final=True)
+    assert run(uri, spark, settings, final=True, dry_run=True).stop_reason == "dry_run"  # planning is fine
+    opted_in = Settings(storage_options=unsafe, commit=CommitSettings(allow_unsafe_single_writer=True))
+    expected = row_multiset(read_back(s3, uri))
+    assert run(uri, spark, opted_in, final=True).tasks >= 1
+    assert row_multiset(read_back(s3, uri)) == expected
+    assert DeltaTable(uri, storage_options=unsafe).version() > version
+
+    environment = {k: v for k, v in s3_environment(s3).items() if not k.startswith("RECLUSTER_")}
+    refused = cli("sql", f"ALTER TABLE delta.`{uri}` CLUSTER BY (s)", env=environment)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("recluster: error: refusing to commit") and refused.stderr.count("\n") == 1
+
+
+def test_wrong_credentials_and_missing_bucket_are_one_line_errors(s3):
+    uri = s3.table_uri("errors")
+    append(s3, uri, pa.table({"k": pa.array([1], pa.int64())}))
+    wrong = cli("info", uri, "--json", env=s3_environment(s3, secret=SECRET_MARKER))
+    assert wrong.returncode == 1 and wrong.stdout == ""
+    assert wrong.stderr.count("\n") == 1, wrong.stderr
+    assert wrong.stderr.startswith(f"recluster: error: cannot open Delta table {uri}: ")
+    assert "SignatureDoesNotMatch" in wrong.stderr and SECRET_MARKER not in wrong.stderr
+    missing = cli("run", "s3://no-such-bucket/t", "--final", env=s3_environment(s3))
+    assert missing.returncode == 1
+    assert missing.stderr == (
+        "recluster: error: cannot open Delta table s3://no-such-bucket/t: "
+        "The specified bucket does not exist (NoSuchBucket)\n"
+    )
+
+
+def test_storage_secrets_are_never_printed():
+    settings = Settings(
+        storage_options={"AWS_SECRET_ACCESS_KEY": SECRET_MARKER},
+        tables=[TableSettings(uri="s3://b/t", storage_options={"AZURE_STORAGE_ACCOUNT_KEY": SECRET_MARKER})],
+    )
+    assert SECRET_MARKER not in repr(settings) and SECRET_MARKER not in str(settings)
+    from recluster.settings import SettingsError
+
+    with pytest.raises(SettingsError) as raised:
+        load_settings(overrides=[f"storage_options={{AWS_SECRET_ACCESS_KEY: [{SECRET_MARKER}]}}"])
+    assert "storage_options.AWS_SECRET_ACCESS_KEY" in str(raised.value)
+    assert SECRET_MARKER not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "uri,options,environment,safe",
+    [
+        ("s3://b/t", {"conditional_put": "etag"}, {}, True),
+        ("s3a://b/t", {"AWS_CONDITIONAL_PUT": "etag"}, {}, True),
+        ("s3://b/t", {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}, {}, True),
+        ("s3://b/t", {}, {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}, True),
+        ("s3://b/t", {}, {"AWS_CONDITIONAL_PUT": "etag"}, False),  # not certain to reach delta-rs: refused
+        ("s3://b/t", {"conditional_put": "disabled"}, {}, False),
+        ("s3://b/t", {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}, {}, False),
+        ("s3://b/t", {}, {}, False),
+        ("gs://b/t", {}, {}, True),
+        ("abfss://c@a.dfs.core.windows.net/t", {}, {}, True),
+        ("/data/t", {}, {}, True),
+    ],
+)
+def test_commit_safety_by_store_and_options(monkeypatch, uri, options, environment, safe):
+    from recluster.table import commit_safety_problem
+
+    for name in ("AWS_CONDITIONAL_PUT", "AWS_S3_LOCKING_PROVIDER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert (commit_safety_problem(uri, options) is None) is safe
+
+
+def test_watch_table_flag_keeps_the_configured_storage_options():
+    from recluster.cli import _merge_tables
+
+    configured = [TableSettings(uri="s3://lake/events", storage_options={"AWS_REGION": REGION})]
+    merged = _merge_tables(configured, [TableSettings(uri="s3://lake/events/", cluster_by=["k"])])
+    assert [(t.uri, t.cluster_by, t.storage_options) for t in merged] == [
+        ("s3://lake/events", ["k"], {"AWS_REGION": REGION})
+    ]
