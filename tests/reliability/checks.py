@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from recluster.rounds import ReclusterResult, recluster_table, snapshot_loader
+from recluster.settings import Settings
 from tests.helpers import row_multiset
 
 
@@ -49,3 +51,9 @@ def assert_intact(path: Path | str, expected: pa.Table | tuple[int, str], versio
     COUNTS.rows += got[0]
     COUNTS.files += len(uris)
     return table
+
+
+def run_final(path: Path, spark: object, settings: Settings) -> ReclusterResult:
+    """`recluster run --final` on the table with the test session's Spark."""
+    loader = snapshot_loader(str(path), settings, None)
+    return recluster_table(str(path), loader, settings=settings, spark_factory=lambda: spark, final=True)

@@ -15,10 +15,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.maintenance import clean_orphans
-from recluster.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
 from recluster.table import set_table_properties
-from tests.reliability.checks import assert_intact
+from tests.reliability.checks import assert_intact, run_final
 
 pytestmark = [pytest.mark.spark]
 
@@ -94,23 +93,11 @@ def write(path: Path, keys: pa.Array, batch: int, **options: object) -> None:
 def final_then_nothing_left(path: Path, spark, settings: Settings = SETTINGS) -> None:
     """FINAL keeps every row, stops by itself, and a second FINAL finds nothing to do."""
     expected = DeltaTable(str(path)).to_pyarrow_table()
-    result = recluster_table(
-        str(path),
-        snapshot_loader(str(path), settings, None),
-        settings=settings,
-        spark_factory=lambda: spark,
-        final=True,
-    )
+    result = run_final(path, spark, settings)
     assert result.failures == 0 and result.conflicts == 0, result
     assert result.stop_reason in ("within_threshold", "no_progress"), result.stop_reason
     assert_intact(path, expected)
-    again = recluster_table(
-        str(path),
-        snapshot_loader(str(path), settings, None),
-        settings=settings,
-        spark_factory=lambda: spark,
-        final=True,
-    )
+    again = run_final(path, spark, settings)
     assert again.tasks == 0, f"FINAL rewrote data again: {again.plans[0]}"
     assert_intact(path, expected)
 

@@ -20,7 +20,6 @@ from deltalake import DeltaTable, write_deltalake
 import recluster.rounds
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.commit import CommitStatus
-from recluster.rounds import recluster_table, snapshot_loader
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -30,7 +29,7 @@ from recluster.settings import (
 )
 from recluster.table import set_table_properties
 from tests.helpers import row_multiset
-from tests.reliability.checks import assert_intact, scaled
+from tests.reliability.checks import assert_intact, run_final, scaled
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -145,13 +144,7 @@ def test_recluster_run_with_a_concurrent_change_between_merge_and_commit(tmp_pat
         mirrored.append()
     statuses = inject_before_commit(monkeypatch, [concurrent_changes(mirrored)[change]])
 
-    result = recluster_table(
-        str(mirrored.path),
-        snapshot_loader(str(mirrored.path), SETTINGS, None),
-        settings=SETTINGS,
-        spark_factory=lambda: spark,
-        final=True,
-    )
+    result = run_final(mirrored.path, spark, SETTINGS)
 
     assert len(statuses) == 1, "the change was injected between a merge and its commit"
     if CONFLICTS[change] is not None:

@@ -13,10 +13,9 @@ import pyarrow as pa
 import pytest
 from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
 
-from recluster.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
 from recluster.table import set_table_properties
-from tests.reliability.checks import assert_intact
+from tests.reliability.checks import assert_intact, run_final
 
 pytestmark = [pytest.mark.spark]
 
@@ -63,13 +62,7 @@ def test_every_committed_task_within_its_byte_and_file_budget(tmp_path, spark):
     )
     expected = DeltaTable(str(path)).to_pyarrow_table()
 
-    result = recluster_table(
-        str(path),
-        snapshot_loader(str(path), settings, None),
-        settings=settings,
-        spark_factory=lambda: spark,
-        final=True,
-    )
+    result = run_final(path, spark, settings)
 
     tasks = committed_tasks(path)
     assert len(tasks) == result.tasks >= 3, result
