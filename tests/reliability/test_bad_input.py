@@ -98,7 +98,7 @@ def cases(t: dict[str, Path]) -> dict[str, tuple[list[str], str]]:
         "watch-unwritable-checkpoint": (["watch", "--table", good, "--checkpoint", blocked], "not writable"),
         "publish-no-table": (["publish-commits"], "--table"),
         "metrics-no-subcommand": (["metrics"], "required: COMMAND"),
-        "clean-missing-table": (["clean", missing], "no commit files in _delta_log"),
+        "clean-missing-table": (["clean", missing], "is not a Delta table"),
         "clean-negative-age": (["clean", good, "--safety-age-hours", "-1"], "must not be negative"),
         "clean-age-not-a-number": (["clean", good, "--safety-age-hours", "old"], "invalid float value"),
         "metrics-schema-extra-argument": (["metrics-schema", "--bogus"], "unrecognized arguments"),
