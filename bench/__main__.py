@@ -1,7 +1,8 @@
 """Run every benchmark: `python -m bench [--quick]` from the project root.
 
 In sequence: the metrics benchmark (bench/metrics_bench.py, when present), merge throughput and write
-amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py), then every strategy against
+amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py), peak driver memory of planning on
+a 100,000-file table (bench/memory_bench.py), then every strategy against
 its anchors on the same workloads (bench/compare.py, which also cites the results of the three before it).
 Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
 """
@@ -79,9 +80,14 @@ def main() -> int:
     rows += metrics_rows(run_metrics(quick))
     timings["metrics"] = time.perf_counter() - mark
 
-    from bench import compare, merge_bench, stream_bench
+    from bench import compare, memory_bench, merge_bench, stream_bench
 
-    for name, module in (("merge", merge_bench), ("stream", stream_bench), ("compare", compare)):
+    for name, module in (
+        ("merge", merge_bench),
+        ("stream", stream_bench),
+        ("memory", memory_bench),
+        ("compare", compare),
+    ):
         mark = time.perf_counter()
         rows += summary_rows(name, module.main(quick=quick))
         timings[name] = time.perf_counter() - mark

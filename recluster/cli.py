@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
@@ -40,6 +40,13 @@ EXIT_USAGE = 2
 
 class UsageError(Exception):
     """Bad command-line input that argparse itself cannot catch."""
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse whose errors are one line, like every other error of the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"recluster: error: {message} (see {self.prog} --help)\n")
 
 
 def _parse_partition(values: Sequence[str] | None) -> dict[str, str]:
@@ -353,12 +360,13 @@ def _start_http(settings: Settings) -> HealthServer | None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from jobs.autorecluster import start_job
+    from jobs.autorecluster import check_checkpoint_location, start_job
     from recluster.merge import spark_session
 
     settings = _stream_settings(args)
     if not settings.tables and settings.stream.source != "kafka":
         raise UsageError("no tables to watch: pass --table URI[:col1,col2] or list tables in --config")
+    check_checkpoint_location(settings.stream.checkpoint_location)  # before Spark starts: one clear line
     server = _start_http(settings)
     try:
         prepare_event_log_dir(settings)
@@ -690,6 +698,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from recluster.demo import append_demo_batch
     from recluster.merge import spark_session
 
+    if args.rows < 1 or args.target_rows < 1 or args.seconds <= 0 or args.interval <= 0:
+        raise UsageError("--rows and --target-rows must be positive numbers, --seconds and --interval above 0")
     root = Path(args.path)
     table, checkpoint = root / "events", root / "checkpoint"
     shutil.rmtree(root, ignore_errors=True)
@@ -766,7 +776,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="recluster",
         description="Keep Delta Lake tables clustered by a key while they keep receiving writes.",
     )

@@ -98,8 +98,9 @@ def commit_task(
             delete_files(table_uri, [f.path for f in files], storage_options)
             return CommitOutcome(task, CommitStatus.CONFLICT, None, files, f"concurrent_change: {conflict}")
         except (DeltaError, OSError) as error:
-            if committed_with(table_uri, storage_options, TASK_ID_KEY, task_id, read_version):
-                return CommitOutcome(task, CommitStatus.COMMITTED, None, files, "committed_before_error")
+            earlier = committed_with(table_uri, storage_options, {TASK_ID_KEY: task_id}, read_version)
+            if earlier is not None:
+                return CommitOutcome(task, CommitStatus.COMMITTED, earlier, files, "committed_before_error")
             log.warning("commit attempt=%d task=%s error=%s", attempt, task_id, error)
             if attempt < settings.max_attempts:
                 time.sleep(min(delay, settings.max_backoff_seconds) * (0.5 + random.random()))

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
 
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import set_table_properties
+from recluster.table import TableError, _first_line, set_table_properties
 
 DEMO_KEY = "event_id"
 
@@ -30,6 +31,9 @@ def demo_batch(rng: np.random.Generator, rows: int, batch: int) -> pa.Table:
 def append_demo_batch(location: str | Path, rng: np.random.Generator, rows: int, batch: int) -> None:
     """Append one batch; the first creates the table with its cluster key property."""
     create = not (Path(location) / "_delta_log").exists()
-    write_deltalake(str(location), demo_batch(rng, rows, batch), mode="append")
+    try:
+        write_deltalake(str(location), demo_batch(rng, rows, batch), mode="append")
+    except (DeltaError, OSError) as error:
+        raise TableError(f"cannot write the demo table {location}: {_first_line(error)}") from None
     if create:
         set_table_properties(DeltaTable(str(location)), {CLUSTER_BY_PROPERTY: DEMO_KEY})

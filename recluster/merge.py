@@ -127,24 +127,28 @@ def stats_columns(schema: pa.Schema, properties: Mapping[str, str]) -> list[str]
     return names if count < 0 else names[:count]
 
 
-def _stat_value(value: Any, arrow_type: pa.DataType, upper: bool) -> Any:
-    """A min (upper=False) or max (upper=True) in Delta's JSON form; None when it cannot be written."""
+def _stat_value(value: Any, arrow_type: pa.DataType, upper: bool, truncate: bool = True) -> Any:
+    """A min (upper=False) or max (upper=True) in Delta's JSON form; None when it cannot be written.
+
+    Strings and timestamps are truncated like Delta's (32 characters, milliseconds) except for key columns
+    (truncate=False): files cut between keys that share a prefix or a millisecond would otherwise get
+    overlapping ranges, and every later round would rewrite them again."""
     if value is None:
         return None
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dt.datetime):
-        micros = value.microsecond % 1000
+        micros = value.microsecond % 1000 if truncate else 0
         if upper and micros:  # round a max up to whole milliseconds: never below the real max
             value = value + dt.timedelta(microseconds=1000 - micros)
         else:
             value = value - dt.timedelta(microseconds=micros)
-        text = value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
+        text = value.strftime("%Y-%m-%dT%H:%M:%S.%f")[: -3 if truncate else None]
         return text + "Z" if arrow_type.tz is not None else text
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, str):
-        if len(value) <= STATS_STRING_PREFIX:
+        if not truncate or len(value) <= STATS_STRING_PREFIX:
             return value
         return value[:STATS_STRING_PREFIX] + STRING_TIE_BREAKER if upper else value[:STATS_STRING_PREFIX]
     if isinstance(value, bytes):
@@ -154,8 +158,8 @@ def _stat_value(value: Any, arrow_type: pa.DataType, upper: bool) -> Any:
     return float(value)  # decimals
 
 
-def delta_stats(table: pa.Table, columns: Sequence[str]) -> dict[str, Any]:
-    """numRecords, minValues, maxValues and nullCount of one output file."""
+def delta_stats(table: pa.Table, columns: Sequence[str], key: Sequence[str] = ()) -> dict[str, Any]:
+    """numRecords, minValues, maxValues and nullCount of one output file (exact strings for `key`)."""
     minimums: dict[str, Any] = {}
     maximums: dict[str, Any] = {}
     nulls: dict[str, int] = {}
@@ -169,8 +173,9 @@ def delta_stats(table: pa.Table, columns: Sequence[str]) -> dict[str, Any]:
         if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
             continue  # NaN has no JSON form and sorts above +inf: leave the range open
         extremes = pc.min_max(column)
-        low = _stat_value(extremes["min"].as_py(), column.type, upper=False)
-        high = _stat_value(extremes["max"].as_py(), column.type, upper=True)
+        exact = name in key
+        low = _stat_value(extremes["min"].as_py(), column.type, upper=False, truncate=not exact)
+        high = _stat_value(extremes["max"].as_py(), column.type, upper=True, truncate=not exact)
         if low is not None and high is not None:
             minimums[name], maximums[name] = low, high
     return {"numRecords": table.num_rows, "minValues": minimums, "maxValues": maximums, "nullCount": nulls}
@@ -394,7 +399,7 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     results = []
     for start, stop in segments:
         piece = table.slice(start, stop - start)
-        stats = delta_stats(piece, spec.stats_columns)
+        stats = delta_stats(piece, spec.stats_columns, spec.key)
         constant = not np.any((run_starts > start) & (run_starts < stop))  # one key value only
         level = LEVEL_CONSTANT if constant and piece.num_rows >= spec.target_rows else spec.output_level
         relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id, spec.horizon_ms))

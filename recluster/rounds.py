@@ -24,6 +24,7 @@ from recluster.table import (
     ClusterKey,
     TableSnapshot,
     WrittenFile,
+    check_writable,
     load_snapshot,
     open_table,
     require_safe_commits,
@@ -239,6 +240,7 @@ def recluster_table(
             stop_reason = "dry_run"
             break
         if spark is None:
+            check_writable(snapshot.uri)
             spark = spark_factory()
         rounds += 1
         if progress:
@@ -246,7 +248,8 @@ def recluster_table(
                 "round",
                 {"round": rounds, "tasks": len(plan.tasks), "bytes": sum(t.bytes for t in plan.tasks)},
             )
-        depth_before = final_pool_depth(candidates)
+        depth_before, unclustered_before = final_pool_depth(candidates)
+        conflicts_before = totals.conflicts
         for outcome in execute_plan(spark, plan, snapshot, settings=settings, run_id=run_id):
             totals.add(outcome)
             log.info("recluster %s table=%s %s", outcome, uri, outcome.task)
@@ -257,7 +260,11 @@ def recluster_table(
             stop_reason = "round_done"
             break
         after_candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
-        if final_pool_depth(after_candidates) >= depth_before:
+        # Progress: less depth or fewer unclustered files (merging those adds their depth to the total); a round
+        # that lost a commit to a concurrent change re-plans on the new snapshot (bounded by max_rounds)
+        depth_after, unclustered_after = final_pool_depth(after_candidates)
+        stalled = depth_after >= depth_before and unclustered_after >= unclustered_before
+        if stalled and totals.conflicts == conflicts_before:
             stop_reason = "no_progress"
             log.warning("recluster final loop stop reason=no_progress table=%s round=%d", uri, rounds)
             break

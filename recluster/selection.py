@@ -255,6 +255,7 @@ def select_merge_tasks(
     betas: list[float] = []
     for partition, members in sorted(_partitions(live).items(), key=lambda item: str(item[0])):
         unclustered = [b for b in members if not b.clustered]
+        oversized += sum(b.bytes > bounds.max_task_bytes for b in unclustered)
         for group in _chunks(unclustered, bounds):
             level = max(b.level for b in group)
             tasks.append(MergeTask(partition, level, _output_level(level), tuple(group), Reason.UNCLUSTERED, 0))
@@ -544,9 +545,10 @@ def absorb_tasks(
 
 
 def _chunks(blocks: Sequence[Block], bounds: SelectionBounds) -> list[list[Block]]:
-    """Unclustered files in bounded groups (a single file is a valid group: it gains stats and a level)."""
+    """Unclustered files in bounded groups (a single file is a valid group: it gains stats and a level); a file
+    alone over the byte bound is left out (reported as over the size bound): no task exceeds its budget."""
     groups: list[list[Block]] = []
-    remaining = sorted(blocks, key=lambda b: (b.bytes, b.path))
+    remaining = sorted((b for b in blocks if b.bytes <= bounds.max_task_bytes), key=lambda b: (b.bytes, b.path))
     while remaining:
         group = _bounded(remaining, bounds) or remaining[:1]
         groups.append(group)

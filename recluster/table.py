@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import random
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -25,10 +24,10 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction, Transaction
 
 from recluster.blocks import (
     Block,
@@ -219,12 +218,23 @@ def resolve_cluster_key(table: DeltaTable, cluster_by: Sequence[str] | None, uri
     return ClusterKey(tuple(columns))
 
 
+def _has_variant(schema_node: Any) -> bool:
+    """Whether a Delta schema (JSON) has a column of variant type anywhere (names and metadata aside)."""
+    if isinstance(schema_node, dict):
+        return any(_has_variant(v) for k, v in schema_node.items() if k not in ("name", "metadata"))
+    if isinstance(schema_node, list):
+        return any(_has_variant(v) for v in schema_node)
+    return bool(schema_node == "variant")
+
+
 def check_supported(table: DeltaTable) -> None:
     """Refuse tables whose layout this engine cannot rewrite correctly."""
     mode = table.metadata().configuration.get("delta.columnMapping.mode", "none")
     if mode != "none":
         raise TableError(f"column mapping mode {mode!r} is not supported (files use physical column names)")
     features = set(table.protocol().reader_features or []) - SUPPORTED_READER_FEATURES
+    if "variantType" in features and not _has_variant(json.loads(table.schema().to_json())):
+        features.discard("variantType")  # delta-rs adds it on any property change of a table with features
     if features:
         raise TableError(f"unsupported Delta reader features: {', '.join(sorted(features))}")
 
@@ -557,25 +567,31 @@ class WrittenFile:
     level: int
 
 
-REWRITE_APP_ID = "recluster-rewrite"
-"""Application transaction id every rewrite of ours carries: two rewrites overlapping in time then always
-conflict in delta-rs (ConcurrentTransaction), which otherwise does not check removes with dataChange=false
-against each other."""
-REWRITE_COMMIT_ATTEMPTS = 8
+REWRITE_APP_ID = "recluster"
+"""Every rewrite commits a SetTransaction of this app id: delta-rs then fails a rewrite that raced another one."""
+MAX_REWRITE_ATTEMPTS = 20
 
 
-def rewrite_invalidated(latest: DeltaTable, removed: Sequence[Block], read_schema: str) -> str | None:
-    """Why a rewrite read at an older version cannot commit on `latest` (None: it can): an input is no
-    longer live or got a deletion vector (deleted rows would come back), or the schema changed."""
-    actions = pa.table(latest.get_add_actions(flatten=True))
-    dv_columns = [n for n in actions.column_names if n.lower().startswith(("deletionvector", "deletion_vector"))]
-    vectors = _column(actions, dv_columns[0]) if dv_columns else None
-    live = {unquote(path): bool(vectors and vectors[i]) for i, path in enumerate(actions.column("path").to_pylist())}
-    gone = [b.path for b in removed if unquote(b.path) not in live or live[unquote(b.path)] != b.has_deletion_vector]
-    if gone:
-        return f"{len(gone)} input file(s) removed or changed by version {latest.version()}, e.g. {gone[0]}"
-    if latest.schema().to_json() != read_schema:
-        return f"the table schema changed by version {latest.version()}"
+def rewrite_conflict(
+    table_uri: str, storage_options: Mapping[str, str] | None, paths: Sequence[str], after: int, through: int
+) -> str | None:
+    """Why a rewrite of `paths` may not commit over versions after..through, or None: one of them removed an
+    input file (whatever its dataChange: delta-rs does not fail a commit over another rewrite's removes), changed
+    the metadata or protocol, or is no longer in the log."""
+    from triggers.delta_log import LOG_GAP, CommitRange, commit_rows
+
+    inputs = {unquote(p) for p in paths}
+    options = tuple(sorted((storage_options or {}).items()))
+    for _, version, _, operation, _, _, _, _, _, removes, metadata_changed in commit_rows(
+        CommitRange(table_uri, after + 1, through, options)
+    ):
+        if operation == LOG_GAP:
+            return f"commit {version} is no longer in the log"
+        if metadata_changed:
+            return f"commit {version} changed the table metadata or protocol"
+        removed = inputs.intersection(unquote(r) for r in removes)
+        if removed:
+            return f"commit {version} removed input {sorted(removed)[0]}"
     return None
 
 
@@ -587,60 +603,74 @@ def commit_rewrite(
     added: Sequence[WrittenFile],
     metadata: Mapping[str, str],
 ) -> int:
-    """One transaction: remove the inputs, add the outputs, all with dataChange=false. Returns its version.
+    """One transaction: remove the inputs, add the outputs, all with dataChange=false; returns its version.
 
-    Each attempt checks the rewrite against the latest version L (inputs live and unchanged, same schema as
-    at `read_version`), then commits anchored at L with our application transaction id. Whatever commits
-    between L and ours makes delta-rs fail the attempt if it matters: a delete/update of an input
-    (ConcurrentDeleteRead), a schema change (MetadataChanged), another rewrite of ours (ConcurrentTransaction);
-    the next attempt re-checks. A concurrent append goes through. Raises CommitConflict when the rewrite is
-    invalidated or the table kept changing.
+    Raises CommitConflict when a commit after `read_version` removed an input (a delete, an update, a compaction,
+    another recluster instance) or changed the metadata. Every commit since `read_version` is checked here, then the
+    transaction is anchored at the newest of them and carries the `recluster` SetTransaction: a rewrite committed
+    in between makes delta-rs fail it, and it is checked and retried; a concurrent delete or update still fails it
+    in delta-rs's own conflict check, a concurrent append goes through.
     """
-    read_schema = table_at(table_uri, storage_options, read_version).schema().to_json()
-    for attempt in range(REWRITE_COMMIT_ATTEMPTS):
-        latest = open_table(table_uri, storage_options)
-        problem = rewrite_invalidated(latest, removed, read_schema)
-        if problem:
-            raise CommitConflict(problem)
-        now = int(time.time() * 1000)
-        actions: list[AddAction | RemoveAction] = [
-            RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed
-        ]
-        actions.extend(
-            AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str)) for f in added
-        )
-        partition_by = list(latest.metadata().partition_columns)
+    now = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = [
+        RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed
+    ]
+    actions.extend(
+        AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str)) for f in added
+    )
+    checked = read_version
+    for _ in range(MAX_REWRITE_ATTEMPTS):
+        table = open_table(table_uri, storage_options)
+        reason = rewrite_conflict(table_uri, storage_options, [b.path for b in removed], checked, table.version())
+        if reason:
+            raise CommitConflict(reason)
+        checked = table.version()
         try:
-            latest.create_write_transaction(
+            table.create_write_transaction(
                 actions,
                 mode="append",
-                schema=latest.schema(),
-                partition_by=partition_by or None,
+                schema=table.schema(),
+                partition_by=list(table.metadata().partition_columns) or None,
                 commit_properties=CommitProperties(
-                    custom_metadata=dict(metadata), app_transactions=[Transaction(REWRITE_APP_ID, now, now)]
+                    custom_metadata=dict(metadata), app_transactions=[Transaction(REWRITE_APP_ID, checked + 1)]
                 ),
             )
-            return latest.version()
         except CommitFailedError as error:
-            log.info("rewrite commit attempt=%d conflicted (%s): re-checking", attempt + 1, _first_line(error))
-            time.sleep(0.05 * (attempt + 1) * (0.5 + random.random()))
-    raise CommitConflict(f"the table kept changing: {REWRITE_COMMIT_ATTEMPTS} commit attempts conflicted")
+            if "Concurrent transaction" in str(error):
+                continue  # another rewrite committed after `checked`: check it, then try again on top of it
+            raise CommitConflict(_first_line(error)) from None
+        version = committed_with(table_uri, storage_options, metadata, checked)
+        return checked + 1 if version is None else version
+    raise CommitConflict(f"{MAX_REWRITE_ATTEMPTS} concurrent rewrites committed first")
 
 
 def committed_with(
-    table_uri: str, storage_options: Mapping[str, str] | None, name: str, value: str, since: int
-) -> bool:
-    """Whether a commit after version `since` carries commitInfo[name] == value (retry idempotency)."""
+    table_uri: str, storage_options: Mapping[str, str] | None, metadata: Mapping[str, str], since: int
+) -> int | None:
+    """The version after `since` whose commitInfo holds all of `metadata`, if any (retry idempotency)."""
     latest = open_table(table_uri, storage_options)
     history = latest.history(limit=max(latest.version() - since, 0) + 1)
-    return any(entry.get(name) == value for entry in history if entry.get("version", since + 1) > since)
+    return next(
+        (
+            int(entry["version"])
+            for entry in history
+            if entry.get("version", -1) > since and all(entry.get(k) == v for k, v in metadata.items())
+        ),
+        None,
+    )
 
 
-def table_at(table_uri: str, storage_options: Mapping[str, str] | None, version: int) -> DeltaTable:
-    """The table as of `version`: commits built on it are conflict-checked against everything since."""
-    table = open_table(table_uri, storage_options)
-    table.load_as_version(version)
-    return table
+def check_writable(table_uri: str) -> None:
+    """Fail with one clear line, before any merge starts, when a local table location cannot be written."""
+    if "://" in table_uri:
+        return  # object stores: a merge that cannot write fails its task and leaves the table as it was
+    probe = os.path.join(table_uri, f".recluster-write-probe-{os.getpid()}")
+    try:
+        with open(probe, "w", encoding="utf-8") as handle:
+            handle.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise TableError(f"table location {table_uri} is not writable: {error.strerror}") from None
 
 
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
@@ -652,7 +682,7 @@ def set_table_properties(table: DeltaTable, properties: Mapping[str, str]) -> No
     """Set table properties (e.g. `recluster.clusterBy`) in one metadata commit."""
     try:
         table.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
-    except DeltaError as error:
+    except (DeltaError, OSError) as error:
         raise TableError(f"cannot set table properties: {_first_line(error)}") from None
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: one session-scoped local Spark session; real Delta tables under tmp_path."""
+"""Shared fixtures: one session-scoped local Spark session and Kafka broker; real Delta tables under tmp_path."""
 
 from __future__ import annotations
 
@@ -9,8 +9,23 @@ from typing import Any
 
 import pytest
 
+from tests.kafka_broker import Broker
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One broker for the session (tests/test_kafka.py, tests/reliability)."""
+    server = Broker(tmp_path_factory.mktemp("kafka") / "tansu.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", help="tests/reliability: the long soak mode (not for CI)")
 
 
 @pytest.fixture(scope="session")

@@ -392,15 +392,15 @@ def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
         return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {})
 
     rewrite("a")
-    with pytest.raises(CommitConflict, match="removed or changed by version"):
+    with pytest.raises(CommitConflict, match="removed input"):
         rewrite("b")
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
 
 
-def test_two_rewrites_racing_past_the_liveness_check_cannot_both_commit(tmp_path: Path, monkeypatch):
-    """The liveness check alone leaves a window: another rewrite of ours commits between the check and the
-    commit. Every rewrite carries our application transaction id, so delta-rs fails the later one, which then
-    re-checks, finds its input gone and gives up."""
+def test_two_rewrites_racing_past_the_check_cannot_both_commit(tmp_path: Path, monkeypatch):
+    """The log check alone leaves a window: another rewrite of ours commits between the check and the commit.
+    Every rewrite carries our SetTransaction, so delta-rs fails the later one, which then checks the new commit,
+    finds its input removed and gives up."""
     import recluster.table as table_module
     from recluster.table import CommitConflict, WrittenFile, commit_rewrite
 
@@ -416,20 +416,20 @@ def test_two_rewrites_racing_past_the_liveness_check_cannot_both_commit(tmp_path
 
     def rewrite(name: str) -> int:
         output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
-        return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {})
+        return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {"name": name})
 
-    real_check = table_module.rewrite_invalidated
+    real_check = table_module.rewrite_conflict
     raced: list[str] = []
 
-    def check_then_lose_the_race(latest, removed, read_schema):  # type: ignore[no-untyped-def]
-        problem = real_check(latest, removed, read_schema)
+    def check_then_lose_the_race(*args, **kwargs):  # type: ignore[no-untyped-def]
+        problem = real_check(*args, **kwargs)
         if not raced:
             raced.append("b")
             rewrite("b")  # passes its own check and commits right after ours passed
         return problem
 
-    monkeypatch.setattr(table_module, "rewrite_invalidated", check_then_lose_the_race)
-    with pytest.raises(CommitConflict, match="removed or changed"):
+    monkeypatch.setattr(table_module, "rewrite_conflict", check_then_lose_the_race)
+    with pytest.raises(CommitConflict, match="removed input"):
         rewrite("a")
     assert raced and row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
     assert [p for p in DeltaTable(str(path)).file_uris() if p.endswith("b.parquet")]

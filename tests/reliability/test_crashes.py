@@ -1,0 +1,124 @@
+"""Scenario 2: `recluster watch` killed with SIGKILL at seeded points of a merge, restarted on the same checkpoint.
+
+Kill points: while the merge reads and sorts (a seeded delay after it starts), while it writes (its first output
+appears), between write and commit, right after the commit. After every kill the table holds exactly the
+appended rows and every file it references exists; at the end `recluster clean` deletes exactly the outputs no
+version references.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from tests.reliability.checks import COUNTS, assert_intact, scaled, soak
+from tests.reliability.processes import (
+    append_random,
+    kill_job,
+    our_files_on_disk,
+    recluster_commits,
+    start_watch,
+    stop_job,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+PHASES = ("read_sort", "write", "before_commit", "after_commit")
+SEED = 20261122
+
+
+def _markers(directory: Path, phase: str) -> int:
+    return sum(1 for name in os.listdir(directory) if name.startswith(f"{phase}-"))
+
+
+def referenced_by_any_version(table: Path) -> set[str]:
+    """The oracle for orphan cleanup: every file some retained version of the table references."""
+    latest = DeltaTable(str(table))
+    referenced: set[str] = set()
+    for version in range(latest.version() + 1):
+        at = DeltaTable(str(table), version=version)
+        missing = [u for u in at.file_uris() if not os.path.exists(u)]
+        assert not missing, f"version {version} references missing files {missing[:3]}"
+        referenced.update(str(Path(u).relative_to(table)) for u in at.file_uris())
+    return referenced
+
+
+def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path):
+    table, checkpoint, markers, log = tmp_path / "events", tmp_path / "checkpoint", tmp_path / "m", tmp_path / "log"
+    markers.mkdir()
+    rng = np.random.default_rng(SEED)
+    chooser = random.Random(SEED)
+    if soak():
+        plan = [chooser.choice(PHASES) for _ in range(40)]
+    else:  # CI: one kill during the Spark job (read, sort or write), one before and one right after a commit
+        plan = chooser.sample([chooser.choice(PHASES[:2]), *PHASES[2:]], 3)
+    appended = [append_random(table, rng, 0)]
+    for phase in plan:
+        for _ in range(2):  # work for this life of the job
+            appended.append(append_random(table, rng, len(appended)))
+        for name in os.listdir(markers):  # each life of the job marks afresh
+            os.remove(markers / name)
+        pause = phase if phase in ("before_commit", "after_commit") else ""
+        process = start_watch([table], checkpoint, log, markers, pause)
+        try:
+            if phase == "read_sort":
+                wait_for(lambda: _markers(markers, "merge") > 0, "a merge to start", process)
+                time.sleep(chooser.uniform(0.0, 1.5))  # somewhere in reading, sorting or writing
+            elif phase == "write":
+                on_disk = our_files_on_disk(table)
+                wait_for(lambda on_disk=on_disk: our_files_on_disk(table) - on_disk, "a merge output on disk", process)
+            else:
+                wait_for(lambda phase=phase: _markers(markers, phase) > 0, f"the {phase} point", process)
+        finally:
+            kill_job(process)
+        COUNTS.kills += 1
+        assert_intact(table, pa.concat_tables(appended))
+
+    # Scenario 3 in the last life: the restarted job and a second instance (its own checkpoint, from the
+    # earliest version) serve the same table at once while a writer appends; both stop gracefully.
+    committed = recluster_commits(table)
+    logs = [log, tmp_path / "second.log"]
+    processes = [start_watch([table], checkpoint, logs[0]), start_watch([table], tmp_path / "checkpoint2", logs[1])]
+    try:
+        for _ in range(scaled(3, 20)):
+            appended.append(append_random(table, rng, len(appended)))
+            time.sleep(1.0)
+        for process, output in zip(processes, logs, strict=True):
+            wait_for(lambda output=output: "recluster table=" in output.read_text(), "both instances at work", process)
+        wait_for(lambda: recluster_commits(table) > committed, "a commit after the restarts", processes[0])
+    finally:
+        for process, output in zip(processes, logs, strict=True):
+            if process.poll() is None:
+                stop_job(process, output)
+    for output in logs:
+        assert "Traceback" not in output.read_text().split("watching 1 table")[-1], output.read_text()[-3000:]
+    expected = pa.concat_tables(appended)
+    assert_intact(table, expected)
+
+    # Orphan cleanup removes exactly the outputs no retained version references.
+    orphans = our_files_on_disk(table) - referenced_by_any_version(table)
+    for path in our_files_on_disk(table):
+        os.utime(table / path, (1, 1))  # past the safety age
+    cleaned = subprocess.run(
+        [sys.executable, "-m", "recluster.cli", "clean", str(table), "--safety-age-hours", "1", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert {o["path"] for o in json.loads(cleaned.stdout)["orphans"]} == orphans
+    assert our_files_on_disk(table) == our_files_on_disk(table) & referenced_by_any_version(table)
+    assert not (our_files_on_disk(table) & orphans)
+    print(f"kills={len(plan)} phases={plan} orphans cleaned={len(orphans)}")
+    assert_intact(table, expected)
