@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -372,37 +373,10 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
     assert written and all(w is not None and w.horizon_ms is not None for w in written)  # absorb runs, by name
 
 
-def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
-    """delta-rs does not see a concurrent remove with dataChange=false as a conflict: two rewrites of one file,
-    both anchored to the version before either, would both commit and duplicate its rows. The second must fail."""
-    from recluster.table import CommitConflict, WrittenFile, commit_rewrite
-
-    path = tmp_path / "t"
-    data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
-    write_deltalake(str(path), data)
-    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
-    snapshot = snapshot_loader(str(path), Settings(), None)()
-    (block,) = snapshot.blocks
-    for name in ("a", "b"):
-        (path / f"{name}.parquet").write_bytes((path / block.path).read_bytes())
-    stats = {"numRecords": 3, "minValues": {"k": 1}, "maxValues": {"k": 3}, "nullCount": {"k": 0}}
-
-    def rewrite(name: str) -> int:
-        output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
-        return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {})
-
-    rewrite("a")
-    with pytest.raises(CommitConflict, match="removed input"):
-        rewrite("b")
-    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
-
-
-def test_two_rewrites_racing_past_the_check_cannot_both_commit(tmp_path: Path, monkeypatch):
-    """The log check alone leaves a window: another rewrite of ours commits between the check and the commit.
-    Every rewrite carries our SetTransaction, so delta-rs fails the later one, which then checks the new commit,
-    finds its input removed and gives up."""
-    import recluster.table as table_module
-    from recluster.table import CommitConflict, WrittenFile, commit_rewrite
+def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]]:
+    """A one-file table and `rewrite(name)`: a rewrite of that file into a copy named `name`, planned at the
+    table's first version (as every concurrent rewrite of it would be)."""
+    from recluster.table import WrittenFile, commit_rewrite
 
     path = tmp_path / "t"
     data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
@@ -418,6 +392,29 @@ def test_two_rewrites_racing_past_the_check_cannot_both_commit(tmp_path: Path, m
         output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
         return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {"name": name})
 
+    return path, data, rewrite
+
+
+def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
+    """delta-rs does not see a concurrent remove with dataChange=false as a conflict: two rewrites of one file,
+    both anchored to the version before either, would both commit and duplicate its rows. The second must fail."""
+    from recluster.table import CommitConflict
+
+    path, data, rewrite = one_file_table(tmp_path)
+    rewrite("a")
+    with pytest.raises(CommitConflict, match="removed input"):
+        rewrite("b")
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
+
+
+def test_two_rewrites_racing_past_the_check_cannot_both_commit(tmp_path: Path, monkeypatch):
+    """The log check alone leaves a window: another rewrite of ours commits between the check and the commit.
+    Every rewrite carries our SetTransaction, so delta-rs fails the later one, which then checks the new commit,
+    finds its input removed and gives up."""
+    import recluster.table as table_module
+    from recluster.table import CommitConflict
+
+    path, data, rewrite = one_file_table(tmp_path)
     real_check = table_module.rewrite_conflict
     raced: list[str] = []
 
