@@ -27,13 +27,14 @@ from recluster.commit import PRODUCER, CommitOutcome, CommitStatus, OutcomeTotal
 from recluster.history import new_process_id
 from recluster.maintenance import maintain_table
 from recluster.metrics import ClusteringState
-from recluster.optimizer import history_of, history_store, recluster_due, run_process
+from recluster.optimizer import history_of, history_store, recluster_plan, run_process
 from recluster.optimizing import (
     Candidate,
     OptimizingConfig,
     ProcessRecord,
     ProcessStatus,
     ProcessType,
+    TableHistory,
     optimizing_config,
     pending_optimizing,
     schedule,
@@ -243,17 +244,17 @@ class ReclusterHandler:
         optimizer groups; per group the policy orders tables with due work, a table over its quota waits.
         `touched` maps tables with new commits in this batch to whether a commit was not ours."""
         now = time.time()
-        due: dict[str, tuple[TrackedTable, OptimizingConfig, ProcessType, str]] = {}
+        due: dict[str, tuple[TrackedTable, OptimizingConfig, ProcessType, str, ReclusterPlan | None]] = {}
         candidates = []
         for uri, tracked in list(self.tracked.items()):
             config = self._config(tracked)
             if config is None:
                 continue
-            kind, reason = self._due(tracked, config, touched.get(uri, False), now)
+            past = history_of(self.history, uri, self.settings, now)
+            kind, reason, plan = self._due(tracked, config, touched.get(uri, False), past, now)
             if kind is None:
                 continue
-            past = history_of(self.history, uri, self.settings, now)
-            due[uri] = (tracked, config, kind, reason)
+            due[uri] = (tracked, config, kind, reason, plan)
             candidates.append(Candidate(uri, config.group, config.quota, kind, past.busy_seconds, past.last_optimized))
         run, waiting = schedule(
             candidates,
@@ -264,10 +265,10 @@ class ReclusterHandler:
         for candidate in run:
             if self.stopping.is_set():
                 break
-            tracked, config, kind, reason = due[candidate.table]
-            records.append(self._decide(tracked, config, kind, reason))
+            tracked, config, kind, reason, plan = due[candidate.table]
+            records.append(self._decide(tracked, config, kind, reason, plan))
         for candidate in waiting:
-            tracked, config, kind, _ = due[candidate.table]
+            tracked, config, kind, _, _ = due[candidate.table]
             tracked.pending = True
             log.info("recluster table=%s reason=over_quota work=%s group=%s", candidate.table, kind, config.group)
             records.append(self._decide(tracked, config, None, "over_quota"))
@@ -290,20 +291,22 @@ class ReclusterHandler:
             return None
 
     def _due(
-        self, tracked: TrackedTable, config: OptimizingConfig, foreign: bool, now: float
-    ) -> tuple[ProcessType | None, str]:
-        """Reclustering first (new foreign commits or work left over), then the optimizing triggers."""
+        self, tracked: TrackedTable, config: OptimizingConfig, foreign: bool, past: TableHistory, now: float
+    ) -> tuple[ProcessType | None, str, ReclusterPlan | None]:
+        """Reclustering first (new foreign commits or work left over; its plan is returned to be run as is),
+        then the optimizing triggers."""
         if self.stopping.is_set():
-            return None, "stopping"
+            return None, "stopping", None
         if config.recluster_enabled and tracked.version < tracked.awaiting_version:
-            return None, "awaiting_own_commit"  # a plan on this state would redo our last rewrite
+            return None, "awaiting_own_commit", None  # a plan on this state would redo our last rewrite
         if config.recluster_enabled and (foreign or tracked.pending):
-            if recluster_due(tracked.state.blocks, tracked.snapshot(), self.settings):
-                return ProcessType.RECLUSTER, str(Reason.DEPTH_ABOVE_THRESHOLD)
+            snapshot = tracked.snapshot()
+            plan = recluster_plan(snapshot, self.settings)
+            if not plan.empty:
+                return ProcessType.RECLUSTER, str(Reason.DEPTH_ABOVE_THRESHOLD), plan
             tracked.pending = False
-        health = table_health(tracked.state.blocks, config)
-        pending = pending_optimizing(health, config, history_of(self.history, tracked.uri, self.settings, now), now=now)
-        return pending.type, pending.reason
+        pending = pending_optimizing(table_health(tracked.state.blocks, config), config, past, now=now)
+        return pending.type, pending.reason, None
 
     def _maintain_history(self) -> None:
         """The history table gets one small file per process: compact it and expire old versions too."""
@@ -445,9 +448,15 @@ class ReclusterHandler:
         return replace(plan, tasks=tuple(chosen)), len(chosen) < len(plan.tasks)
 
     def _decide(
-        self, tracked: TrackedTable, config: OptimizingConfig | None, kind: ProcessType | None, reason: str
+        self,
+        tracked: TrackedTable,
+        config: OptimizingConfig | None,
+        kind: ProcessType | None,
+        reason: str,
+        recluster: ReclusterPlan | None = None,
     ) -> MetricsRecord:
-        """Run the scheduled process `kind` (None: nothing this time) and report the table's state."""
+        """Run the scheduled process `kind` (None: nothing this time; a recluster runs the plan `_due` made)
+        and report the table's state."""
         snapshot = tracked.snapshot()
         bounds = selection_bounds(self.settings, snapshot, None)
         started = time.monotonic()
@@ -458,9 +467,8 @@ class ReclusterHandler:
         if kind is not None and config is not None and not self.stopping.is_set():
             plan = None
             if kind is ProcessType.RECLUSTER:
-                plan, pending = self._budgeted(
-                    select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds)
-                )
+                planned = recluster or select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds)
+                plan, pending = self._budgeted(planned)
                 beta = plan.beta
             loader = SnapshotLoader(tracked.uri, tracked.key, tracked.partition_columns, tracked.storage_options)
             _, outcomes, batch = run_process(

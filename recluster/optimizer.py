@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from recluster.blocks import Block, new_run_id
+from recluster.blocks import new_run_id
 from recluster.commit import CommitOutcome, OutcomeTotals
 from recluster.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.metrics import clustering_info
@@ -313,7 +313,7 @@ def table_status(
     health = table_health(snapshot.blocks, config)
     past = history_of(history, snapshot.uri, settings, now)
     pending = pending_optimizing(health, config, past, now=now)
-    recluster = recluster_due(snapshot.blocks, snapshot, settings)
+    recluster = not recluster_plan(snapshot, settings).empty
     window = settings.self_optimizing.quota_window_seconds
     return TableStatusReport(
         snapshot.uri,
@@ -329,7 +329,8 @@ def table_status(
     )
 
 
-def recluster_due(blocks: Sequence[Block], snapshot: TableSnapshot, settings: Settings) -> bool:
-    """Whether a recluster round would find work (some level above its threshold)."""
-    bounds = selection_bounds(settings, snapshot, None)
-    return not select_merge_tasks(snapshot.uri, snapshot.version, blocks, bounds).empty
+def recluster_plan(snapshot: TableSnapshot, settings: Settings) -> ReclusterPlan:
+    """The recluster round the table's policy would run now (empty: nothing above threshold)."""
+    return select_merge_tasks(
+        snapshot.uri, snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None)
+    )
