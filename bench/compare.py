@@ -68,10 +68,11 @@ from deltalake import DeltaTable, write_deltalake
 
 from bench.merge_bench import RESULTS, SPARK_SETTINGS, log, machine, markdown_table, start_spark, write_results
 from recluster.api import read_snapshot
+from recluster.log_commit import set_table_properties
 from recluster.metrics import clustering_info
 from recluster.rounds import ReclusterResult, recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, PRESET_BETAS, ClusteringSettings, Settings
-from recluster.table import arrow_schema, set_table_properties
+from recluster.table import arrow_schema
 
 MB = 1_000_000
 STRING_WIDTH = 20
@@ -483,7 +484,7 @@ def run_strategy(
         before = live_sizes(path) if index else {}
         write_deltalake(str(path), batch, mode="append")
         if index == 0:
-            set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: ",".join(workload.key)})
+            set_table_properties(path, {CLUSTER_BY_PROPERTY: ",".join(workload.key)})
         files = live_sizes(path)
         step_appended = sum(size for p, size in files.items() if p not in before)
         appended += step_appended
@@ -930,7 +931,7 @@ def warm_up(spark: Any, work: Path, settings: Settings) -> float:
     for index in range(3):
         write_deltalake(str(path), uniform_batch(rng, index, 5_000), mode="append")
         if index == 0:
-            set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+            set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     ctx.bytes_per_row = 40.0
     spark_sort(ctx, path)
     for index in range(3):

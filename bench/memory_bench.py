@@ -26,8 +26,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import AddAction
 
 from bench.merge_bench import HEADERS, log, markdown_table, write_results
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import set_table_properties
 
 MB = 1 << 20
 CHUNK = 10_000
@@ -36,7 +36,7 @@ CHUNK = 10_000
 def build_table(path: Path, files: int, seed: int = 5) -> None:
     """A table whose log adds `files` files of 1,000 rows with random overlapping int64 key ranges."""
     write_deltalake(str(path), pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.float64())}))
-    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     rng = np.random.default_rng(seed)
     now = int(time.time() * 1000)
     for start in range(0, files, CHUNK):

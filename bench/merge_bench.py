@@ -40,9 +40,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from recluster.log_commit import set_table_properties
 from recluster.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings, SparkSettings
-from recluster.table import set_table_properties
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SPARK_SETTINGS = SparkSettings(master="local[2]", shuffle_partitions=4)
@@ -122,7 +122,7 @@ def append(path: Path, table: pa.Table) -> None:
     create = not (path / "_delta_log").exists()
     write_deltalake(str(path), table, mode="append")
     if create:
-        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
 
 
 def live_files(path: Path) -> list[tuple[str, int, int]]:

@@ -44,6 +44,7 @@ from recluster.publish import BatchActions, BufferedPublisher, MetricsRecord, me
 from recluster.rounds import SnapshotLoader, selection_bounds
 from recluster.selection import MergeTask, Policy, Reason, ReclusterPlan, level_threshold, select_merge_tasks
 from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection, table_storage_options
+from recluster.storage import normalize_uri
 from recluster.table import (
     ClusterKey,
     TableError,
@@ -51,7 +52,6 @@ from recluster.table import (
     blocks_from_log_adds,
     compact_small_files,
     load_snapshot,
-    normalize_uri,
     require_safe_commits,
 )
 from triggers.delta_log import LOG_GAP, SCHEMA, SOURCE_NAME, CommitRange, DeltaLogSource, commit_rows

@@ -10,15 +10,8 @@ from deltalake import DeltaTable
 
 from recluster.metrics import ClusteringInfo, clustering_info
 from recluster.settings import Settings, TableSettings, table_storage_options
-from recluster.table import (
-    ClusterKey,
-    TableSnapshot,
-    check_supported,
-    load_snapshot,
-    normalize_uri,
-    open_table,
-    resolve_cluster_key,
-)
+from recluster.storage import normalize_uri
+from recluster.table import ClusterKey, TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from recluster.deletion_vectors import DeletionVector
+
 LEVEL_APPENDED = 0
 LEVEL_CONSTANT = -1
 """Constant files (min == max) with at least the target row count: final, never merged again."""
@@ -144,11 +146,22 @@ class Block:
     level: int = LEVEL_APPENDED
     partition: Partition = ()
     key_fingerprint: str | None = None
-    has_deletion_vector: bool = False
     modified_ms: int = 0
     """The add action's modificationTime (ms): the age of an appended file for the `absorb` policy."""
-    deleted_rows: int = 0
-    """Rows its deletion vector hides (the vector's cardinality in the log)."""
+    deletion_vector: DeletionVector | None = None
+    """The file's deletion vector in the log: `rows` counts the rows it hides, `live_rows` does not."""
+
+    @property
+    def has_deletion_vector(self) -> bool:
+        return self.deletion_vector is not None
+
+    @property
+    def deleted_rows(self) -> int:
+        return 0 if self.deletion_vector is None else self.deletion_vector.cardinality
+
+    @property
+    def live_rows(self) -> int:
+        return self.rows - self.deleted_rows
 
     @property
     def clustered(self) -> bool:

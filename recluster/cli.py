@@ -207,8 +207,9 @@ def render_result(result: ReclusterResult, out: Console) -> None:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from recluster.api import storage_options_for
+    from recluster.log_commit import set_table_properties
     from recluster.sql import ClusterByStatement, parse_statement
-    from recluster.table import open_table, require_safe_commits, resolve_cluster_key, set_table_properties
+    from recluster.table import open_table, require_safe_commits, resolve_cluster_key
 
     statement = parse_statement(args.statement)
     settings = _settings(args)
@@ -223,7 +224,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if isinstance(statement, ClusterByStatement):
         key = resolve_cluster_key(table, statement.columns, statement.table)
         require_safe_commits(statement.table, options, settings.commit.allow_unsafe_single_writer)
-        set_table_properties(table, {CLUSTER_BY_PROPERTY: ",".join(key.names)})
+        set_table_properties(statement.table, {CLUSTER_BY_PROPERTY: ",".join(key.names)}, options)
         summary = {"table": statement.table, "cluster_by": list(key.names), "fingerprint": key.fingerprint}
         if args.json:
             print_json(summary)
@@ -257,7 +258,7 @@ def parse_table_spec(spec: str) -> TableSettings:
 def _merge_tables(configured: Sequence[TableSettings], given: Sequence[TableSettings]) -> list[TableSettings]:
     """The config file's tables plus `--table` ones; a `--table` naming a configured table keeps that table's
     storage options and sets only its key (when given)."""
-    from recluster.table import normalize_uri
+    from recluster.storage import normalize_uri
 
     merged = {normalize_uri(t.uri): t for t in configured}
     for table in given:
@@ -395,7 +396,7 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
 
     from recluster.api import storage_options_for
     from recluster.publish import BufferedPublisher, commit_event_json
-    from recluster.table import normalize_uri
+    from recluster.storage import normalize_uri
     from triggers.delta_log import CommitRange, commit_rows, newest_version, table_version
 
     settings = _settings(args)

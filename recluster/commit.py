@@ -13,16 +13,10 @@ from enum import StrEnum
 
 from deltalake.exceptions import DeltaError
 
+from recluster.log_commit import commit_rewrite, committed_with
 from recluster.selection import MergeTask
 from recluster.settings import CommitSettings
-from recluster.table import (
-    CommitConflict,
-    WrittenFile,
-    commit_rewrite,
-    commit_safety_problem,
-    committed_with,
-    delete_files,
-)
+from recluster.table import CommitConflict, WrittenFile, commit_safety_problem, delete_files
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +77,10 @@ def commit_task(
     if unsafe and not settings.allow_unsafe_single_writer:
         delete_files(table_uri, [f.path for f in files], storage_options)
         return CommitOutcome(task, CommitStatus.FAILED, None, files, f"unsafe_storage: {unsafe}")
-    if rows_out != task.rows:
+    if rows_out != task.live_rows:
         delete_files(table_uri, [f.path for f in files], storage_options)
         return CommitOutcome(
-            task, CommitStatus.FAILED, None, files, f"row_count_mismatch in={task.rows} out={rows_out}"
+            task, CommitStatus.FAILED, None, files, f"row_count_mismatch in={task.live_rows} out={rows_out}"
         )
     metadata = commit_metadata(task, run_id=run_id, task_id=task_id, read_version=read_version)
     delay = settings.backoff_seconds

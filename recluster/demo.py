@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from deltalake.exceptions import DeltaError
 
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import TableError, _first_line, set_table_properties
+from recluster.table import TableError, _first_line
 
 DEMO_KEY = "event_id"
 
@@ -36,4 +37,4 @@ def append_demo_batch(location: str | Path, rng: np.random.Generator, rows: int,
     except (DeltaError, OSError) as error:
         raise TableError(f"cannot write the demo table {location}: {_first_line(error)}") from None
     if create:
-        set_table_properties(DeltaTable(str(location)), {CLUSTER_BY_PROPERTY: DEMO_KEY})
+        set_table_properties(location, {CLUSTER_BY_PROPERTY: DEMO_KEY})

@@ -18,18 +18,20 @@ from deltalake import DeltaTable
 
 from recluster.blocks import parse_data_file_name
 from recluster.settings import MaintenanceSettings
+from recluster.storage import (
+    last_checkpoint_version,
+    list_data_files,
+    log_versions,
+    normalize_uri,
+    read_log_actions,
+    remove_stored_files,
+)
 from recluster.table import (
     TableError,
     checkpoint_table,
     cleanup_log,
     deleted_file_retention_hours,
-    last_checkpoint_version,
-    list_data_files,
-    log_versions,
-    normalize_uri,
     open_table,
-    read_log_actions,
-    remove_stored_files,
     vacuum_table,
 )
 

@@ -6,8 +6,8 @@ the rest *segments*; segments below target_size x min_target_size_ratio are *und
 levels were sized by reclustering (clustering.target_rows/target_file_bytes) and are left to it: compacting
 them too would undo its cuts. **minor** compacts a partition's fragments into segments, sorted by the
 cluster key, so the outputs form one sorted run at level 0 and lower its depth instead of fighting
-reclustering; **major** combines undersized segments (and would purge deleted rows:
-files with deletion vectors are reported and skipped, our merge does not apply them); **full** rewrites a
+reclustering; **major** combines undersized segments and rewrites files whose deletion vectors hide more
+than duplicate-ratio of their rows (the merge applies the vectors: only live rows are written); **full** rewrites a
 whole partition. Tables are scheduled per optimizer group: `quota` (lowest quota occupation first, occupation
 = busy time in the window / (window x quota)) or `balanced` (longest since last optimized first); a table
 at or over its quota waits.
@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from recluster.blocks import LEVEL_APPENDED, LEVEL_CONSTANT, Block, Partition
-from recluster.selection import MergeTask, Reason, ReclusterPlan, SelectionBounds, Skipped
+from recluster.selection import MergeTask, Reason, ReclusterPlan, SelectionBounds
 from recluster.settings import OptimizerGroup, SelfOptimizingSettings, SettingsError
 
 
@@ -226,6 +226,11 @@ def _is_undersized(block: Block, config: OptimizingConfig) -> bool:
     return block.level == LEVEL_APPENDED and config.fragment_bytes <= block.bytes < config.undersized_bytes
 
 
+def _has_heavy_deletes(block: Block, config: OptimizingConfig) -> bool:
+    """Deletion vectors hide more than major.trigger.duplicate-ratio of the file's rows: major purges them."""
+    return block.deleted_rows > block.rows * config.major_trigger_duplicate_ratio
+
+
 def table_health(blocks: Iterable[Block], config: OptimizingConfig) -> TableHealth:
     return TableHealth(
         tuple(
@@ -238,7 +243,7 @@ def table_health(blocks: Iterable[Block], config: OptimizingConfig) -> TableHeal
                 sum(b.has_deletion_vector for b in group),
                 sum(b.deleted_rows for b in group),
                 sum(b.rows for b in group),
-                sum(b.deleted_rows > b.rows * config.major_trigger_duplicate_ratio for b in group),
+                sum(_has_heavy_deletes(b, config) for b in group),
             )
             for partition, group in _by_partition(blocks)
         )
@@ -337,6 +342,8 @@ def pending_optimizing(
             return PendingWork(ProcessType.FULL, "full_interval")
     if any(p.undersized >= config.major_trigger_undersized_count for p in health.partitions):
         return PendingWork(ProcessType.MAJOR, "undersized_segments")
+    if any(p.heavy_deletion_files for p in health.partitions):
+        return PendingWork(ProcessType.MAJOR, "deleted_rows")
     if any(p.fragments >= config.minor_trigger_file_count for p in health.partitions):
         return PendingWork(ProcessType.MINOR, "fragment_count")
     if config.minor_trigger_interval_ms >= 0 and any(p.fragments >= 2 for p in health.partitions):
@@ -354,13 +361,14 @@ def _chunked_tasks(
     partition: Partition, files: Sequence[Block], reason: Reason, bounds: SelectionBounds, target_size: int
 ) -> list[MergeTask]:
     """Tasks of at most the byte and file bounds over `files` in key order. A chunk is kept only when its
-    outputs (cut at target_size) are fewer than its inputs: every process then lowers the file count, so
-    compaction can never loop on files that compress below the target."""
+    outputs (cut at target_size) are fewer than its inputs, or it purges deleted rows: every process then lowers
+    the file count or the deleted rows, so compaction can never loop on files that compress below the target."""
     tasks: list[MergeTask] = []
     chunk: list[Block] = []
 
     def close() -> None:
-        if len(chunk) >= 2 and math.ceil(sum(b.bytes for b in chunk) / target_size) < len(chunk):
+        fewer = len(chunk) >= 2 and math.ceil(sum(b.bytes for b in chunk) / target_size) < len(chunk)
+        if fewer or any(b.deleted_rows for b in chunk):
             level = max(0, max(b.level for b in chunk))
             tasks.append(MergeTask(partition, level, level, tuple(chunk), reason, 0))
 
@@ -391,20 +399,17 @@ def plan_optimizing(
         raise ValueError(f"{kind} is not an optimizing type")
     reason = {ProcessType.MINOR: Reason.MINOR, ProcessType.MAJOR: Reason.MAJOR, ProcessType.FULL: Reason.FULL}[kind]
     tasks: list[MergeTask] = []
-    skipped: list[Skipped] = []
     for partition, group in _by_partition(blocks):
-        with_dv = [b for b in group if b.has_deletion_vector]
-        if with_dv:
-            skipped.append(Skipped(Reason.DELETION_VECTOR, len(with_dv), f"partition={list(partition)}"))
-        usable = [b for b in group if not b.has_deletion_vector and b.level != LEVEL_CONSTANT]
+        usable = [b for b in group if b.level != LEVEL_CONSTANT]
         if kind is ProcessType.MINOR:
             chosen = [b for b in usable if _is_fragment(b, config)]
         elif kind is ProcessType.MAJOR:
-            chosen = [b for b in usable if _is_undersized(b, config)]
+            heavy = [b for b in group if _has_heavy_deletes(b, config)]
+            chosen = [*heavy, *(b for b in usable if _is_undersized(b, config) and b not in heavy)]
         else:
-            chosen = usable
+            chosen = [*usable, *(b for b in group if b.level == LEVEL_CONSTANT and b.deleted_rows)]
         tasks.extend(_chunked_tasks(partition, chosen, reason, bounds, config.target_size))
-    return ReclusterPlan(table, version, kind is ProcessType.FULL, tuple(tasks[: bounds.max_tasks]), tuple(skipped))
+    return ReclusterPlan(table, version, kind is ProcessType.FULL, tuple(tasks[: bounds.max_tasks]))
 
 
 @dataclass(frozen=True, slots=True)

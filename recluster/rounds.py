@@ -106,7 +106,7 @@ def selection_bounds(
 
 def final_pool_depth(blocks: Sequence[Block]) -> tuple[int, int]:
     """(total block depth, unclustered files) over what FINAL works on: both fall while it progresses."""
-    pool = [b for b in blocks if b.level != LEVEL_CONSTANT and not b.has_deletion_vector]
+    pool = [b for b in blocks if b.level != LEVEL_CONSTANT]
     clustered = [b for b in pool if b.clustered]
     if not clustered:
         return 0, len(pool)

@@ -40,7 +40,6 @@ class Reason(StrEnum):
     UNCLUSTERED = "unclustered"
     FINAL = "final"
     OLDER_KEY = "older_key_fingerprint"
-    DELETION_VECTOR = "deletion_vector"
     OVER_SIZE_BOUND = "over_size_bound"
     ABSORB_RATIO = "absorb_ratio"
     """absorb: rows(newer runs) >= beta * rows(files of the run that overlap newer data)."""
@@ -96,6 +95,11 @@ class MergeTask:
     @property
     def rows(self) -> int:
         return sum(b.rows for b in self.files)
+
+    @property
+    def live_rows(self) -> int:
+        """Rows not hidden by deletion vectors: what the outputs must hold."""
+        return sum(b.live_rows for b in self.files)
 
     @property
     def key_range(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
@@ -240,12 +244,7 @@ def select_merge_tasks(
     """Plan one round over a snapshot's blocks with `bounds.policy` (see the module docstring)."""
     tasks: list[MergeTask] = []
     skipped: list[Skipped] = []
-    deletion_vectors = [b for b in blocks if b.has_deletion_vector]
-    if deletion_vectors:
-        skipped.append(
-            Skipped(Reason.DELETION_VECTOR, len(deletion_vectors), "rows hidden by deletion vectors stay deleted")
-        )
-    live = [b for b in blocks if not b.has_deletion_vector and b.level != LEVEL_CONSTANT]
+    live = [b for b in blocks if b.level != LEVEL_CONSTANT]
     older = [b for b in live if b.key_fingerprint not in (None, bounds.key_fingerprint)]
     if older and not final:
         skipped.append(Skipped(Reason.OLDER_KEY, len(older), "not sorted by the current key; run FINAL"))
@@ -340,6 +339,11 @@ class Run:
     @property
     def rows(self) -> int:
         return sum(b.rows for b in self.files)
+
+    @property
+    def live_rows(self) -> int:
+        """Rows not hidden by deletion vectors: what the outputs must hold."""
+        return sum(b.live_rows for b in self.files)
 
 
 def file_age(block: Block) -> tuple[int, int | None]:

@@ -6,7 +6,6 @@ read once and cached (data files are immutable, so the cache never goes stale).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import decimal
 import json
@@ -14,20 +13,15 @@ import logging
 import math
 import os
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.fs import DeltaStorageHandler
-from deltalake.transaction import AddAction, RemoveAction, Transaction
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from recluster.blocks import (
     Block,
@@ -39,11 +33,39 @@ from recluster.blocks import (
     key_fingerprint,
     parse_data_file_name,
 )
+from recluster.deletion_vectors import DeletionVector
 from recluster.settings import CLUSTER_BY_PROPERTY
+from recluster.storage import (
+    file_location,
+    normalize_uri,
+    remove_stored_files,
+    table_filesystem,
+)
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "deletionVectors", "v2Checkpoint", "vacuumProtocolCheck"})
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "columnMapping",  # mode 'none' only, checked on its own
+        "identityColumns",
+        "timestampNtz",
+        "deletionVectors",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "domainMetadata",
+        "inCommitTimestamp",
+        "allowColumnDefaults",
+    }
+)
+"""Writer features a rewrite with dataChange=false keeps valid. Not among them, each refused with its name:
+rowTracking (outputs would need the inputs' row ids), icebergCompat* (Iceberg metadata on every add),
+clustering (Delta liquid clustering owns the layout), typeWidening (files of an older type), and any newer one."""
 
 
 class TableError(Exception):
@@ -52,16 +74,6 @@ class TableError(Exception):
 
 class CommitConflict(Exception):
     """A concurrent transaction changed files this rewrite read: nothing was committed."""
-
-
-def normalize_uri(uri: str) -> str:
-    """Local paths and `file://` URIs become absolute paths; object-store URIs pass through."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return os.path.abspath(unquote(parsed.path))
-    if parsed.scheme in ("", "c", "d") or len(parsed.scheme) == 1:  # plain or Windows-drive paths
-        return os.path.abspath(uri)
-    return uri.rstrip("/")
 
 
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
@@ -228,15 +240,24 @@ def _has_variant(schema_node: Any) -> bool:
 
 
 def check_supported(table: DeltaTable) -> None:
-    """Refuse tables whose layout this engine cannot rewrite correctly."""
+    """Refuse tables whose layout this engine cannot rewrite correctly: one line naming the feature."""
     mode = table.metadata().configuration.get("delta.columnMapping.mode", "none")
     if mode != "none":
         raise TableError(f"column mapping mode {mode!r} is not supported (files use physical column names)")
-    features = set(table.protocol().reader_features or []) - SUPPORTED_READER_FEATURES
+    protocol = table.protocol()
+    features = set(protocol.reader_features or []) - SUPPORTED_READER_FEATURES
     if "variantType" in features and not _has_variant(json.loads(table.schema().to_json())):
-        features.discard("variantType")  # delta-rs adds it on any property change of a table with features
+        features.discard("variantType")  # older delta-rs added it on any property change of a table with features
     if features:
         raise TableError(f"unsupported Delta reader features: {', '.join(sorted(features))}")
+    writer = set(protocol.writer_features or []) - SUPPORTED_WRITER_FEATURES
+    if "variantType" in writer and not _has_variant(json.loads(table.schema().to_json())):
+        writer.discard("variantType")
+    if writer:
+        raise TableError(
+            f"unsupported Delta writer features: {', '.join(sorted(writer))} (recluster cannot "
+            f"rewrite files of such a table correctly)"
+        )
 
 
 def partition_text(value: Any) -> str | None:
@@ -252,115 +273,6 @@ def partition_text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
-
-
-@cache
-def _filesystem(table_uri: str, options: tuple[tuple[str, str], ...]) -> pafs.FileSystem:
-    if "://" not in table_uri:
-        return pafs.LocalFileSystem()
-    return pafs.PyFileSystem(DeltaStorageHandler(table_uri, dict(options)))
-
-
-def table_filesystem(table_uri: str, storage_options: Mapping[str, str] | None) -> pafs.FileSystem:
-    return _filesystem(table_uri, tuple(sorted((storage_options or {}).items())))
-
-
-def file_location(table_uri: str, path: str) -> str:
-    """Where `path` (relative to the table, URL-encoded as in the log) is for the table's filesystem."""
-    if "://" in path:
-        return path
-    return _stored_location(table_uri, unquote(path))
-
-
-def _stored_location(table_uri: str, relative: str) -> str:
-    """A stored (decoded) path relative to the table root, for the table's filesystem."""
-    if "://" not in table_uri:
-        return os.path.join(table_uri, relative)
-    return relative  # DeltaStorageHandler is rooted at the table
-
-
-LOG_DIR = "_delta_log"
-
-
-def _log_file(table_uri: str, name: str) -> str:
-    return _stored_location(table_uri, f"{LOG_DIR}/{name}")
-
-
-def commit_file_exists(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> bool:
-    """Whether `_delta_log/<version>.json` exists: one HEAD on an object store (a stat through delta-rs
-    would also list the name as a directory; opening the file only reads its metadata)."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    try:
-        filesystem.open_input_file(_log_file(table_uri, f"{version:020d}.json")).close()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def read_log_actions(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> list[dict[str, Any]]:
-    """The actions of one commit file; FileNotFoundError when the log no longer has it."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    with filesystem.open_input_stream(_log_file(table_uri, f"{version:020d}.json")) as stream:
-        lines = stream.read().decode("utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
-    """The version `_delta_log/_last_checkpoint` names (one GET), None when the table has no checkpoint."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    try:
-        with filesystem.open_input_stream(_log_file(table_uri, "_last_checkpoint")) as stream:
-            return int(json.loads(stream.read().decode("utf-8"))["version"])
-    except (OSError, KeyError, ValueError):  # missing, unreadable or malformed: as if there were none
-        return None
-
-
-def log_versions(table_uri: str, storage_options: Mapping[str, str] | None) -> list[int]:
-    """Versions that have a commit file, from one listing of the `_delta_log/` prefix."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    selector = pafs.FileSelector(_stored_location(table_uri, LOG_DIR), allow_not_found=True)
-    names = [info.base_name for info in filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
-    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
-
-
-@dataclass(frozen=True, slots=True)
-class StoredFile:
-    """A file found under a table root by listing (whatever the log says about it)."""
-
-    path: str
-    """Relative to the table root, decoded (as stored, not as the log encodes it)."""
-    bytes: int
-    modified: float | None
-    """Last modification, seconds since the epoch."""
-
-
-def list_data_files(table_uri: str, storage_options: Mapping[str, str] | None) -> list[StoredFile]:
-    """Every file under the table root outside `_delta_log/`: one prefix listing per directory level
-    (an object store lists a prefix with a delimiter, in pages); the log itself is never listed."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    root = _stored_location(table_uri, "")
-    found = []
-    pending = [root]
-    while pending:
-        directory = pending.pop()
-        for info in filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
-            relative = info.path[len(root) :].lstrip("/") if root else info.path.lstrip("/")
-            if relative == LOG_DIR:
-                continue
-            if info.type == pafs.FileType.Directory:
-                pending.append(info.path)
-            elif info.type == pafs.FileType.File:
-                modified = info.mtime.timestamp() if info.mtime else None
-                found.append(StoredFile(relative, int(info.size or 0), modified))
-    return sorted(found, key=lambda f: f.path)
-
-
-def remove_stored_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
-    """Delete files by their stored (decoded) paths relative to the table root; missing ones are fine."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            filesystem.delete_file(_stored_location(table_uri, path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,8 +381,10 @@ def blocks_from_actions(
     partition_columns: Sequence[str],
     table_uri: str,
     storage_options: Mapping[str, str] | None = None,
+    deletion_vectors: Mapping[str, DeletionVector] | None = None,
 ) -> list[Block]:
-    """Blocks from `get_add_actions(flatten=True)` rows; footer fallback for key columns without stats."""
+    """Blocks from `get_add_actions(flatten=True)` rows; footer fallback for key columns without stats.
+    `deletion_vectors` maps a path (as logged) to its file's deletion vector."""
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
     rows = _column(actions, "num_records") or [None] * len(paths)
@@ -480,9 +394,7 @@ def blocks_from_actions(
         for c in key.names
     ]
     partitions = [_column(actions, f"partition.{c}") or [None] * len(paths) for c in partition_columns]
-    dv_columns = [n for n in actions.column_names if n.lower().startswith(("deletionvector", "deletion_vector"))]
-    deletion_vectors = _column(actions, dv_columns[0]) if dv_columns else None
-    cardinality = next((_column(actions, n) for n in dv_columns if n.lower().endswith("cardinality")), None)
+    vectors = deletion_vectors or {}
     blocks = []
     for i, path in enumerate(paths):
         partition: Partition = tuple(
@@ -510,12 +422,26 @@ def blocks_from_actions(
                 level=written.level if written else 0,
                 partition=partition,
                 key_fingerprint=written.fingerprint if written else None,
-                has_deletion_vector=bool(deletion_vectors and deletion_vectors[i]),
                 modified_ms=_epoch_ms(modified[i]),
-                deleted_rows=int(cardinality[i] or 0) if cardinality else 0,
+                deletion_vector=vectors.get(path),
             )
         )
     return blocks
+
+
+def live_deletion_vectors(
+    table: DeltaTable, location: str, storage_options: Mapping[str, str] | None
+) -> Mapping[str, DeletionVector]:
+    """The deletion vector of every live file that has one, read from the log itself (delta-rs's file list does
+    not carry them). Only a table whose protocol has the deletionVectors feature can have any."""
+    if "deletionVectors" not in (table.protocol().reader_features or []):
+        return {}
+    from recluster.log_replay import LogReplayError, replay_log
+
+    try:
+        return replay_log(location, storage_options, table.version()).deletion_vectors
+    except LogReplayError as error:
+        raise TableError(str(error)) from None
 
 
 def load_snapshot(
@@ -538,7 +464,8 @@ def load_snapshot(
             )
     actions = pa.table(table.get_add_actions(flatten=True))
     location = normalize_uri(uri or table.table_uri)
-    blocks = blocks_from_actions(actions, key, partition_columns, location, storage_options)
+    vectors = live_deletion_vectors(table, location, storage_options)
+    blocks = blocks_from_actions(actions, key, partition_columns, location, storage_options, vectors)
     if partition:
         wanted = {k: str(v) for k, v in partition.items()}
         blocks = [b for b in blocks if all(dict(b.partition).get(k) == v for k, v in wanted.items())]
@@ -567,99 +494,6 @@ class WrittenFile:
     level: int
 
 
-REWRITE_APP_ID = "recluster"
-"""Every rewrite commits a SetTransaction of this app id: delta-rs then fails a rewrite that raced another one."""
-MAX_REWRITE_ATTEMPTS = 20
-
-
-def rewrite_conflict(
-    table_uri: str, storage_options: Mapping[str, str] | None, paths: Sequence[str], after: int, through: int
-) -> str | None:
-    """Why a rewrite of `paths` may not commit over versions after..through, or None: one of them removed an
-    input file (whatever its dataChange: delta-rs does not fail a commit over another rewrite's removes), changed
-    the metadata or protocol, or is no longer in the log."""
-    from triggers.delta_log import LOG_GAP, CommitRange, commit_rows
-
-    inputs = {unquote(p) for p in paths}
-    options = tuple(sorted((storage_options or {}).items()))
-    for _, version, _, operation, _, _, _, _, _, removes, metadata_changed in commit_rows(
-        CommitRange(table_uri, after + 1, through, options)
-    ):
-        if operation == LOG_GAP:
-            return f"commit {version} is no longer in the log"
-        if metadata_changed:
-            return f"commit {version} changed the table metadata or protocol"
-        removed = inputs.intersection(unquote(r) for r in removes)
-        if removed:
-            return f"commit {version} removed input {sorted(removed)[0]}"
-    return None
-
-
-def commit_rewrite(
-    table_uri: str,
-    storage_options: Mapping[str, str] | None,
-    read_version: int,
-    removed: Sequence[Block],
-    added: Sequence[WrittenFile],
-    metadata: Mapping[str, str],
-) -> int:
-    """One transaction: remove the inputs, add the outputs, all with dataChange=false; returns its version.
-
-    Raises CommitConflict when a commit after `read_version` removed an input (a delete, an update, a compaction,
-    another recluster instance) or changed the metadata. Every commit since `read_version` is checked here, then the
-    transaction is anchored at the newest of them and carries the `recluster` SetTransaction: a rewrite committed
-    in between makes delta-rs fail it, and it is checked and retried; a concurrent delete or update still fails it
-    in delta-rs's own conflict check, a concurrent append goes through.
-    """
-    now = int(time.time() * 1000)
-    actions: list[AddAction | RemoveAction] = [
-        RemoveAction(block.path, False, now, block.bytes, dict(block.partition)) for block in removed
-    ]
-    actions.extend(
-        AddAction(f.path, f.bytes, dict(f.partition), now, False, json.dumps(f.stats, default=str)) for f in added
-    )
-    checked = read_version
-    for _ in range(MAX_REWRITE_ATTEMPTS):
-        table = open_table(table_uri, storage_options)
-        reason = rewrite_conflict(table_uri, storage_options, [b.path for b in removed], checked, table.version())
-        if reason:
-            raise CommitConflict(reason)
-        checked = table.version()
-        try:
-            table.create_write_transaction(
-                actions,
-                mode="append",
-                schema=table.schema(),
-                partition_by=list(table.metadata().partition_columns) or None,
-                commit_properties=CommitProperties(
-                    custom_metadata=dict(metadata), app_transactions=[Transaction(REWRITE_APP_ID, checked + 1)]
-                ),
-            )
-        except CommitFailedError as error:
-            if "Concurrent transaction" in str(error):
-                continue  # another rewrite committed after `checked`: check it, then try again on top of it
-            raise CommitConflict(_first_line(error)) from None
-        version = committed_with(table_uri, storage_options, metadata, checked)
-        return checked + 1 if version is None else version
-    raise CommitConflict(f"{MAX_REWRITE_ATTEMPTS} concurrent rewrites committed first")
-
-
-def committed_with(
-    table_uri: str, storage_options: Mapping[str, str] | None, metadata: Mapping[str, str], since: int
-) -> int | None:
-    """The version after `since` whose commitInfo holds all of `metadata`, if any (retry idempotency)."""
-    latest = open_table(table_uri, storage_options)
-    history = latest.history(limit=max(latest.version() - since, 0) + 1)
-    return next(
-        (
-            int(entry["version"])
-            for entry in history
-            if entry.get("version", -1) > since and all(entry.get(k) == v for k, v in metadata.items())
-        ),
-        None,
-    )
-
-
 def check_writable(table_uri: str) -> None:
     """Fail with one clear line, before any merge starts, when a local table location cannot be written."""
     if "://" in table_uri:
@@ -676,14 +510,6 @@ def check_writable(table_uri: str) -> None:
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
     """Delete files a rewrite wrote but could not commit (they are referenced by no version)."""
     remove_stored_files(table_uri, [unquote(p) for p in paths], storage_options)
-
-
-def set_table_properties(table: DeltaTable, properties: Mapping[str, str]) -> None:
-    """Set table properties (e.g. `recluster.clusterBy`) in one metadata commit."""
-    try:
-        table.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
-    except (DeltaError, OSError) as error:
-        raise TableError(f"cannot set table properties: {_first_line(error)}") from None
 
 
 def _stat_from_json(value: Any, column: KeyColumn) -> Any:
@@ -728,8 +554,6 @@ def blocks_from_log_adds(
             "size_bytes": int(add.get("size", 0)),
             "num_records": stats.get("numRecords"),
             "modification_time": int(add.get("modificationTime") or 0),
-            "deletionVector": add.get("deletionVector") is not None,
-            "deletionVector.cardinality": (add.get("deletionVector") or {}).get("cardinality"),
         }
         for column in key.columns:
             row[f"min.{column.name}"] = _stat_from_json(stats.get("minValues", {}).get(column.name), column)
@@ -740,7 +564,8 @@ def blocks_from_log_adds(
         rows.append(row)
     if not rows:
         return []
-    return blocks_from_actions(pa.Table.from_pylist(rows), key, partition_columns, table_uri, storage_options)
+    vectors = {a["path"]: DeletionVector.from_log(a["deletionVector"]) for a in adds if a.get("deletionVector")}
+    return blocks_from_actions(pa.Table.from_pylist(rows), key, partition_columns, table_uri, storage_options, vectors)
 
 
 _INTERVAL_UNITS = {

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from recluster import cli
 from recluster.blocks import Block, data_file_name, parse_data_file_name
+from recluster.log_commit import set_table_properties
 from recluster.publish import MetricsRecord
 from recluster.rounds import recluster_table, snapshot_loader
 from recluster.selection import (
@@ -39,7 +40,6 @@ from recluster.settings import (
     load_settings,
     resolve_selection,
 )
-from recluster.table import set_table_properties
 from tests.absorb_model import FINGERPRINT, ModelTable, absorb_bounds, make_block
 from tests.helpers import row_multiset
 
@@ -289,7 +289,7 @@ def test_seeded_appends_and_sliced_absorbs_keep_every_row(tmp_path: Path, spark)
         appended.append(data)
         write_deltalake(str(path), data, mode="append")
         if index == 0:
-            set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+            set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
         for _round in range(12):
             loader = snapshot_loader(str(path), SLICED, None)  # a new loader each round: state from the log only
             result = recluster_table(str(path), loader, settings=SLICED, spark_factory=lambda: spark)
@@ -313,7 +313,7 @@ def test_cli_run_policy_and_beta(tmp_path: Path, capsys):
     rng = np.random.default_rng(2)
     for index in range(3):
         write_deltalake(str(path), batch(rng, index, 200), mode="append")
-    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "absorb"})
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "absorb"})
     assert cli.main(["run", str(path), "--dry-run", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["policy"] == "absorb" and "policy=absorb" in out["plans"][0]
@@ -322,7 +322,7 @@ def test_cli_run_policy_and_beta(tmp_path: Path, capsys):
     version = DeltaTable(str(path)).version()
     assert cli.main(["run", str(path), "--beta", "0"]) == 2
     assert "--beta must be a positive number" in capsys.readouterr().err
-    set_table_properties(DeltaTable(str(path)), {POLICY_PROPERTY: "fastest"})
+    set_table_properties(path, {POLICY_PROPERTY: "fastest"})
     assert cli.main(["run", str(path), "--dry-run"]) == 2
     assert "recluster.policy must be one of" in capsys.readouterr().err
     assert DeltaTable(str(path)).version() == version + 1  # only the property change: the table is untouched
@@ -342,8 +342,8 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
     for path in (absorbed, levelled):
         appended[path].append(batch(rng, 0, 1_000))
         write_deltalake(str(path), appended[path][-1], mode="append")
-    set_table_properties(DeltaTable(str(absorbed)), {CLUSTER_BY_PROPERTY: "k"})
-    set_table_properties(DeltaTable(str(levelled)), {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "levels"})
+    set_table_properties(absorbed, {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(levelled, {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "levels"})
     settings = Settings(
         clustering=ClusteringSettings(target_rows=3_000),
         stream=StreamSettings(
@@ -381,7 +381,7 @@ def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]
     path = tmp_path / "t"
     data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
     write_deltalake(str(path), data)
-    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     snapshot = snapshot_loader(str(path), Settings(), None)()
     (block,) = snapshot.blocks
     for name in ("a", "b"):

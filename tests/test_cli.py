@@ -21,8 +21,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.demo import DEMO_KEY, append_demo_batch
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import set_table_properties
 from tests.helpers import METRIC_KEYS
 
 Run = subprocess.CompletedProcess[str]
@@ -51,7 +51,7 @@ def make_tables(root: Path) -> dict[str, Path]:
             mode="append",
             partition_by=["p"],
         )
-    set_table_properties(DeltaTable(str(parts)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(parts, {CLUSTER_BY_PROPERTY: "k"})
     # No key property; nested columns.
     nested = root / "nested"
     write_deltalake(

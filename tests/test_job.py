@@ -13,6 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.api import read_snapshot
+from recluster.log_commit import set_table_properties
 from recluster.metrics import clustering_info
 from recluster.selection import level_threshold
 from recluster.settings import (
@@ -23,7 +24,7 @@ from recluster.settings import (
     StreamSettings,
     TableSettings,
 )
-from recluster.table import TableError, set_table_properties
+from recluster.table import TableError
 from tests.helpers import row_multiset
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -47,7 +48,7 @@ def append(path: Path, rng: np.random.Generator, batch: int, rows: int = 2_000) 
     create = not (path / "_delta_log").exists()
     write_deltalake(str(path), data, mode="append")
     if create:
-        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     return data
 
 

@@ -16,6 +16,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.blocks import KeyColumn, KeyType
+from recluster.log_commit import set_table_properties
 from recluster.metrics import clustering_info
 from recluster.publish import MetricsRecord, commit_event_json
 from recluster.settings import (
@@ -26,7 +27,7 @@ from recluster.settings import (
     StreamSettings,
     TableSettings,
 )
-from recluster.table import ClusterKey, load_snapshot, set_table_properties
+from recluster.table import ClusterKey, load_snapshot
 from tests.helpers import row_multiset
 from tests.kafka_broker import COMMITS, METRICS, send
 
@@ -57,7 +58,7 @@ def test_job_driven_by_kafka_survives_malformed_duplicate_events_and_a_broker_re
         send(broker.bootstrap, [*extra, event], partition=batch % 2)
 
     append_and_announce(0)
-    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
     settings = Settings(
         clustering=ClusteringSettings(target_rows=5_000),
         stream=StreamSettings(

@@ -10,10 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recluster.blocks import LEVEL_APPENDED, Block, KeyColumn, KeyType, encode_key
+from recluster.deletion_vectors import DeletionVector
 from recluster.history import records_from_arrow, records_to_arrow
 from recluster.optimizing import (
     Candidate,
     OptimizingConfig,
+    PendingWork,
     ProcessRecord,
     ProcessStatus,
     ProcessType,
@@ -33,6 +35,10 @@ MB = 1 << 20
 DEFAULTS = SelfOptimizingSettings()
 CONFIG = optimizing_config({}, DEFAULTS)
 BOUNDS = SelectionBounds(0.1, 16.0, 4 << 30, 512, 16, "00000000")
+
+
+def vector(deleted: int) -> DeletionVector:
+    return DeletionVector("i", "0", 8, deleted)
 
 
 def block(name: str, size: int, lo: int = 0, hi: int = 10, level: int = LEVEL_APPENDED, **extra: object) -> Block:
@@ -140,31 +146,40 @@ sizes = st.lists(st.integers(1, 300 * MB), min_size=0, max_size=40)
 )
 def test_plans_are_bounded_disjoint_and_shrink_the_file_count(sizes, levels, dvs, kind, max_bytes, max_files):
     blocks = [
-        block(f"b{i}", size, lo=i, hi=i + 5, level=levels[i], has_deletion_vector=dvs[i] and i % 3 == 0)
+        block(
+            f"b{i}",
+            size,
+            lo=i,
+            hi=i + 5,
+            level=levels[i],
+            deletion_vector=vector(1000) if dvs[i] and i % 3 == 0 else None,
+        )
         for i, size in enumerate(sizes)
     ]
     bounds = SelectionBounds(0.1, 16.0, max_bytes, max_files, 100, "00000000")
     plan = plan_optimizing("t", 3, blocks, CONFIG, kind, bounds)
     chosen = [b.path for task in plan.tasks for b in task.files]
     assert len(chosen) == len(set(chosen))  # no file in two tasks
-    by_path = {b.path: b for b in blocks}
     for task in plan.tasks:
-        assert len(task.files) >= 2 and (len(task.files) <= max_files)
+        purges = any(f.deleted_rows for f in task.files)
+        assert (len(task.files) >= 2 or purges) and (len(task.files) <= max_files)
         assert task.bytes <= max_bytes or len(task.files) == 1
-        assert math.ceil(task.bytes / CONFIG.target_size) < len(task.files)  # outputs fewer than inputs
+        assert math.ceil(task.bytes / CONFIG.target_size) < len(task.files) or purges  # fewer files or deletes purged
         assert task.output_level == max(0, *(b.level for b in task.files))
         for f in task.files:
-            assert not by_path[f.path].has_deletion_vector and f.level != -1
+            assert f.level != -1 or f.deleted_rows
             if kind is ProcessType.MINOR:
                 assert f.level == LEVEL_APPENDED and f.bytes < CONFIG.fragment_bytes
             if kind is ProcessType.MAJOR:
-                assert f.level == LEVEL_APPENDED and CONFIG.fragment_bytes <= f.bytes < CONFIG.undersized_bytes
+                heavy = f.deleted_rows > f.rows * CONFIG.major_trigger_duplicate_ratio
+                undersized = f.level == LEVEL_APPENDED and CONFIG.fragment_bytes <= f.bytes < CONFIG.undersized_bytes
+                assert heavy or undersized
         assert task.reason == {"minor": Reason.MINOR, "major": Reason.MAJOR, "full": Reason.FULL}[str(kind)]
     # brute-force oracle for minor: with room for every fragment, one task takes them all
-    fragments = [b for b in blocks if b.level == 0 and b.bytes < CONFIG.fragment_bytes and not b.has_deletion_vector]
+    fragments = [b for b in blocks if b.level == 0 and b.bytes < CONFIG.fragment_bytes]
     if kind is ProcessType.MINOR and len(fragments) >= 2 and len(fragments) <= max_files:
         assert sorted(chosen) == sorted(b.path for b in fragments)
-    assert sum(s.files for s in plan.skipped) == sum(b.has_deletion_vector for b in blocks)
+    assert not plan.skipped
 
 
 def test_history_rows_round_trip_through_arrow():
@@ -327,12 +342,16 @@ def test_history_pruning_keeps_what_summaries_need():
 def test_deleted_row_pressure_counts_rows_hidden_by_deletion_vectors():
     blocks = [
         block("clean", 20 * MB),
-        block("light", 20 * MB, has_deletion_vector=True, deleted_rows=10),  # rows = 209715: 0.005 %
-        block("heavy", 20 * MB, has_deletion_vector=True, deleted_rows=100_000),  # 48 %
+        block("light", 20 * MB, deletion_vector=vector(10)),  # rows = 209715: 0.005 %
+        block("heavy", 20 * MB, deletion_vector=vector(100_000)),  # 48 %
     ]
     health = table_health(blocks, CONFIG)
     assert health.deletion_vector_files == 2
     assert health.to_dict()["heavy_deletion_files"] == 1
     assert health.deleted_row_pressure == pytest.approx(100_010 / (3 * 209_715))
-    plan = plan_optimizing("t", 1, blocks, CONFIG, ProcessType.FULL, BOUNDS)
-    assert [s.reason for s in plan.skipped] == [Reason.DELETION_VECTOR]
+    assert pending_optimizing(health, CONFIG, TableHistory(), now=0.0) == PendingWork(ProcessType.MAJOR, "deleted_rows")
+    segments = [block("big", 200 * MB), block("heavy", 200 * MB, deletion_vector=vector(500_000))]
+    major = plan_optimizing("t", 1, segments, CONFIG, ProcessType.MAJOR, BOUNDS)
+    assert [[f.path for f in task.files] for task in major.tasks] == [["heavy"]]  # purged alone: it is big enough
+    full = plan_optimizing("t", 1, blocks, CONFIG, ProcessType.FULL, BOUNDS)
+    assert {f.path for task in full.tasks for f in task.files} == {"clean", "light", "heavy"}

@@ -12,10 +12,10 @@ from deltalake import DeltaTable, write_deltalake
 
 from recluster.blocks import parse_data_file_name
 from recluster.commit import CommitStatus, commit_task
+from recluster.log_commit import set_table_properties
 from recluster.rounds import recluster_table, snapshot_loader, write_task
 from recluster.selection import select_merge_tasks
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings
-from recluster.table import set_table_properties
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.spark
@@ -30,7 +30,7 @@ def append(path: Path, table: pa.Table) -> None:
     create = not (path / "_delta_log").exists()
     write_deltalake(str(path), table, mode="append")
     if create:
-        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
 
 
 def random_batches(path: Path, batches: int, rows: int, seed: int) -> None:
@@ -210,7 +210,7 @@ def test_partitioned_merge_stays_in_partition(tmp_path, spark):
             }
         )
         write_deltalake(str(table), part, mode="append", partition_by=["p"])
-    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     result = run(table, spark, final=True)
     assert result.after.table.average_depth == 1.0
@@ -225,7 +225,7 @@ def test_cluster_key_change_leaves_old_files_until_final(tmp_path, spark):
     random_batches(table, batches=4, rows=500, seed=7)
     run(table, spark, final=True)
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
-    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "s,k"})
+    set_table_properties(table, {CLUSTER_BY_PROPERTY: "s,k"})
     random_batches(table, batches=2, rows=500, seed=8)
     expected_after_appends = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     assert expected_after_appends != expected
@@ -267,14 +267,14 @@ def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
     append_only = tmp_path / "append_only"
     write_deltalake(str(append_only), pa.table({"k": [3, 1]}), configuration={"delta.appendOnly": "true"})
     write_deltalake(str(append_only), pa.table({"k": [2, 0]}), mode="append")
-    set_table_properties(DeltaTable(str(append_only)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(append_only, {CLUSTER_BY_PROPERTY: "k"})
     assert run(append_only, spark, final=True).after.table.average_depth == 1.0
     assert sorted(DeltaTable(str(append_only)).to_pyarrow_table()["k"].to_pylist()) == [0, 1, 2, 3]
 
     evolved = tmp_path / "evolved"
     write_deltalake(str(evolved), pa.table({"k": [3, 1]}))
     write_deltalake(str(evolved), pa.table({"k": [2, 0], "extra": ["x", "y"]}), mode="append", schema_mode="merge")
-    set_table_properties(DeltaTable(str(evolved)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(evolved, {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(str(evolved)).to_pyarrow_table())
     assert run(evolved, spark, final=True).tasks == 1
     assert row_multiset(DeltaTable(str(evolved)).to_pyarrow_table()) == expected
@@ -293,7 +293,7 @@ def test_two_column_key_outputs_never_overlap_and_rounds_settle(tmp_path, spark)
         a = rng.integers(0, 40, 6_000)
         b = [f"s{x:05d}" for x in rng.integers(0, 100_000, 6_000)]
         append(table, pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b)}))
-    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "a,b"})
+    set_table_properties(table, {CLUSTER_BY_PROPERTY: "a,b"})
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     result = run(table, spark, final=True)
     assert result.stop_reason == "within_threshold"

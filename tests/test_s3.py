@@ -28,6 +28,7 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.api import table_info
 from recluster.blocks import parse_data_file_name
 from recluster.commit import CommitStatus, commit_task
+from recluster.log_commit import set_table_properties
 from recluster.maintenance import clean_orphans, find_orphans, maintain_table
 from recluster.merge import spark_reads_natively
 from recluster.rounds import recluster_table, selection_bounds, snapshot_loader, write_task
@@ -43,7 +44,8 @@ from recluster.settings import (
     TableSettings,
     load_settings,
 )
-from recluster.table import TableError, last_checkpoint_version, set_table_properties
+from recluster.storage import last_checkpoint_version
+from recluster.table import TableError
 from tests.helpers import row_multiset
 from triggers.delta_log import LOG_GAP, CommitRange, commit_rows, newest_version
 
@@ -142,7 +144,7 @@ def append(s3: S3Server, uri: str, data: pa.Table) -> None:
     created = _exists(uri, options)
     write_deltalake(uri, data, mode="append", storage_options=options)
     if not created:
-        set_table_properties(DeltaTable(uri, storage_options=options), {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(uri, {CLUSTER_BY_PROPERTY: "k"}, options)
 
 
 def _exists(uri: str, options: dict[str, str]) -> bool:
@@ -254,7 +256,7 @@ def test_pyarrow_reader_equals_spark_reader_on_local_files(tmp_path, spark):
         if i >= 2:
             columns["late"] = pa.array([f"late-{x}" for x in range(500)])
         write_deltalake(path, pa.table(columns), mode="append", schema_mode="merge")
-    set_table_properties(DeltaTable(path), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(path).to_pyarrow_table())
     settings = Settings(spark=SparkSettings(data_reader="pyarrow"), clustering=ClusteringSettings(target_rows=600))
     result = run(path, spark, settings, final=True)
@@ -415,9 +417,7 @@ def test_orphan_cleanup_on_s3(s3, spark):
     assert row_multiset(read_back(s3, uri, old_version)) == expected_old
 
     # Scheduled maintenance on the store: vacuum (retention shortened to nothing), a checkpoint, log cleanup.
-    set_table_properties(
-        DeltaTable(uri, storage_options=options), {"delta.deletedFileRetentionDuration": "interval 0 hours"}
-    )
+    set_table_properties(uri, {"delta.deletedFileRetentionDuration": "interval 0 hours"}, options)
     maintenance = MaintenanceSettings(retention_hours=0, checkpoint_every_versions=1)
     maintained = maintain_table(uri, maintenance, storage_options=options)
     assert maintained.vacuumed and maintained.checkpoint_version == maintained.version

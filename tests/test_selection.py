@@ -26,6 +26,7 @@ from recluster.blocks import (
     encode_partition,
     key_fingerprint,
 )
+from recluster.deletion_vectors import DeletionVector
 from recluster.selection import (
     MergeTask,
     Reason,
@@ -100,7 +101,7 @@ class Spec:
             level=self.level,
             partition=self.partition,
             key_fingerprint=self.fingerprint,
-            has_deletion_vector=self.dv,
+            deletion_vector=DeletionVector("i", "0", 8, 1) if self.dv else None,
         )
 
 
@@ -174,11 +175,10 @@ def plan_of(specs: Sequence[Spec], bounds: SelectionBounds, *, final: bool = Fal
 
 
 def live(specs: Iterable[Spec], bounds: SelectionBounds, *, final: bool) -> list[Spec]:
-    """What selection may touch: no deletion vectors, no level -1, older keys only in FINAL."""
+    """What selection may touch: no level -1, older keys only in FINAL (files with deletion vectors too: the
+    merge applies them)."""
     return [
-        s
-        for s in specs
-        if not s.dv and s.level != LEVEL_CONSTANT and (final or s.fingerprint in (None, bounds.key_fingerprint))
+        s for s in specs if s.level != LEVEL_CONSTANT and (final or s.fingerprint in (None, bounds.key_fingerprint))
     ]
 
 
@@ -269,7 +269,6 @@ def test_tasks_use_disjoint_eligible_files(specs: list[Spec], bounds: SelectionB
             assert block.path not in seen, f"{block.path} in two tasks"
             seen.add(block.path)
             assert block.level != LEVEL_CONSTANT
-            assert not block.has_deletion_vector
             if not final:
                 assert block.key_fingerprint in (None, CURRENT)
     eligible = {s.path for s in live(specs, bounds, final=final)}
@@ -278,19 +277,15 @@ def test_tasks_use_disjoint_eligible_files(specs: list[Spec], bounds: SelectionB
 
 @PROPERTY
 @given(specs=spec_lists(), bounds=tight_bounds(), final=st.booleans())
-def test_skipped_reports_older_keys_and_deletion_vectors(
-    specs: list[Spec], bounds: SelectionBounds, final: bool
-) -> None:
+def test_skipped_reports_older_keys(specs: list[Spec], bounds: SelectionBounds, final: bool) -> None:
     plan = plan_of(specs, bounds, final=final)
     skipped = {s.reason: s.files for s in plan.skipped}
     assert len(skipped) == len(plan.skipped), "a reason reported twice"
-    older = [s for s in specs if not s.dv and s.level != LEVEL_CONSTANT and s.fingerprint == OLDER]
+    older = [s for s in specs if s.level != LEVEL_CONSTANT and s.fingerprint == OLDER]
     if older and not final:
         assert skipped.get(Reason.OLDER_KEY) == len(older)
     else:
         assert Reason.OLDER_KEY not in skipped
-    deletion_vectors = sum(s.dv for s in specs)
-    assert skipped.get(Reason.DELETION_VECTOR, 0) == deletion_vectors
     assert plan.table == "t" and plan.read_version == 7 and plan.final is final
 
 
@@ -617,5 +612,5 @@ def test_plan_str_names_every_reason() -> None:
     plan = plan_of(specs, SelectionBounds(0.0, 1.0, HUGE, HUGE, HUGE, CURRENT))
     text = str(plan)
     assert text.splitlines()[0] == "plan table=t read_version=7 policy=levels tasks=2"
-    for reason in (Reason.UNCLUSTERED, Reason.DEPTH_ABOVE_THRESHOLD, Reason.DELETION_VECTOR, Reason.OLDER_KEY):
+    for reason in (Reason.UNCLUSTERED, Reason.DEPTH_ABOVE_THRESHOLD, Reason.OLDER_KEY):
         assert f"reason={reason.value}" in text

@@ -15,6 +15,7 @@ from recluster.api import read_snapshot
 from recluster.cli import main
 from recluster.commit import PRODUCER, PRODUCER_KEY
 from recluster.history import records_from_arrow
+from recluster.log_commit import set_table_properties
 from recluster.maintenance import maintain_table
 from recluster.metrics import clustering_info
 from recluster.optimizing import ProcessStatus, ProcessType
@@ -28,7 +29,6 @@ from recluster.settings import (
     TableSettings,
     history_location,
 )
-from recluster.table import set_table_properties
 from tests.helpers import row_multiset
 from tests.test_job import running_job
 
@@ -53,7 +53,7 @@ def timelike_append(path: Path, batch: int, rows: int = 1_000, properties: dict[
     create = not (path / "_delta_log").exists()
     write_deltalake(str(path), data, mode="append")
     if create:
-        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k", **(properties or {})})
+        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k", **(properties or {})})
     return data
 
 
@@ -111,7 +111,7 @@ def test_turning_a_table_off_takes_effect_at_the_next_batch(tmp_path, spark):
     appended = [timelike_append(path, 0, properties=SMALL)]
     settings = job_settings(tmp_path, [path])
     with running_job(spark, settings) as (query, _):
-        set_table_properties(DeltaTable(str(path)), {"self-optimizing.enabled": "false"})
+        set_table_properties(path, {"self-optimizing.enabled": "false"})
         query.processAllAvailable()
         for batch in range(1, 9):
             appended.append(timelike_append(path, batch))
@@ -149,12 +149,12 @@ def test_optimize_and_status_commands(tmp_path, spark, capsys):
     nothing = cli_json(capsys, "optimize", str(path), *config)
     assert nothing["outcome"] == "nothing_due"  # type: ignore[index]
 
-    set_table_properties(DeltaTable(str(path)), {"self-optimizing.enabled": "false", "recluster.enabled": "false"})
+    set_table_properties(path, {"self-optimizing.enabled": "false", "recluster.enabled": "false"})
     (off,) = cli_json(capsys, "status", str(path), *config)  # type: ignore[misc]
     assert off["state"] == "disabled"
     assert cli_json(capsys, "optimize", str(path), "--type", "full", *config)["outcome"] == "disabled"  # type: ignore[index]
 
-    set_table_properties(DeltaTable(str(path)), {"self-optimizing.quota": "lots"})
+    set_table_properties(path, {"self-optimizing.quota": "lots"})
     capsys.readouterr()
     assert main(["status", str(path), *config]) == 2
     assert "self-optimizing.quota='lots'" in capsys.readouterr().err
@@ -173,7 +173,7 @@ def test_full_rewrites_each_partition_as_one_sorted_run(tmp_path, spark, capsys)
         )
         write_deltalake(str(path), data, mode="append", partition_by=["region"])
         appended.append(data)
-    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     done = cli_json(capsys, "optimize", str(path), "--type", "full", "--set", f"stream.checkpoint_location={tmp_path}")
     assert done["outcome"] == "done" and done["failures"] == 0  # type: ignore[index]
     snapshot = read_snapshot(str(path), settings=Settings())
@@ -204,7 +204,7 @@ def test_vacuum_keeps_every_file_of_retained_versions(tmp_path, spark, capsys):
         assert row_multiset(DeltaTable(str(path), version=version).to_pyarrow_table()) == rows
 
     # The table itself allows expiring removed files at once: vacuum deletes exactly the removed files.
-    set_table_properties(DeltaTable(str(path)), {"delta.deletedFileRetentionDuration": "interval 0 hours"})
+    set_table_properties(path, {"delta.deletedFileRetentionDuration": "interval 0 hours"})
     live = set(DeltaTable(str(path)).file_uris())
     dry = cli_json(capsys, "maintain", str(path), "--dry-run", "--set", "self_optimizing.maintenance.retention_hours=0")
     assert dry["vacuumed_files"] and dry["dry_run"]  # type: ignore[index]

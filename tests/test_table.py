@@ -23,12 +23,12 @@ from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_delt
 from recluster import table as table_module
 from recluster.api import read_snapshot, table_info
 from recluster.blocks import LEVEL_CONSTANT, KeyColumn, KeyType, data_file_name, key_fingerprint, new_run_id
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
 from recluster.table import (
     ClusterKey,
     TableError,
     blocks_from_actions,
-    set_table_properties,
 )
 
 SETTINGS = Settings()
@@ -53,7 +53,7 @@ def append(location: Path, data: pa.Table, **kwargs: Any) -> str:
 
 
 def set_cluster_by(location: Path, columns: str) -> None:
-    set_table_properties(DeltaTable(str(location)), {CLUSTER_BY_PROPERTY: columns})
+    set_table_properties(location, {CLUSTER_BY_PROPERTY: columns})
 
 
 def info_dict(location: Path, cluster_by: Sequence[str] | None = None, **kwargs: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import set_table_properties
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def test_watch_killed_restarted_and_stopped_gracefully(tmp_path):
         appended.append(data)
 
     append(0)
-    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
     process = start_watch(table, checkpoint, log)
     try:
         for batch in range(1, 4):

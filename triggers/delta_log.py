@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from recluster.table import commit_file_exists, last_checkpoint_version, normalize_uri, read_log_actions
+from recluster.storage import commit_file_exists, last_checkpoint_version, normalize_uri, read_log_actions
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.blocks import parse_data_file_name
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import set_table_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 180
@@ -118,7 +118,7 @@ def append_random(table: Path, rng: np.random.Generator, batch: int, rows: int =
     create = not (table / "_delta_log").exists()
     write_deltalake(str(table), data, mode="append")
     if create:
-        set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
     return data
 
 

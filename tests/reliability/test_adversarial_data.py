@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from recluster.log_commit import set_table_properties
 from recluster.maintenance import clean_orphans
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
-from recluster.table import set_table_properties
 from tests.reliability.checks import assert_intact, run_final
 
 pytestmark = [pytest.mark.spark]
@@ -87,7 +87,7 @@ def write(path: Path, keys: pa.Array, batch: int, **options: object) -> None:
     create = not (path / "_delta_log").exists()
     write_deltalake(str(path), data, mode="append", **options)  # type: ignore[arg-type]
     if create:
-        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
 
 
 def final_then_nothing_left(path: Path, spark, settings: Settings = SETTINGS) -> None:
@@ -165,7 +165,7 @@ def test_final_on_partitioned_table_with_null_partition_values(tmp_path, spark):
         part = pa.array([None if x % 3 == 0 else f"p{x % 2}" for x in range(ROWS)])
         data = pa.table({"k": _random_ints(rng, batch), "p": part, "batch": pa.array([batch] * ROWS, pa.int32())})
         write_deltalake(str(path), data, mode="append", partition_by=["p"])
-    set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     final_then_nothing_left(path, spark)
     actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
     assert sum(a["partition.p"] is None for a in actions) >= 1

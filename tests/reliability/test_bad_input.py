@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import set_table_properties
 from tests.reliability.checks import assert_intact
 
 Run = subprocess.CompletedProcess[str]
@@ -40,7 +40,7 @@ def make_tables(root: Path) -> dict[str, Path]:
             write_deltalake(
                 str(path), pa.table({"k": pa.array([3, 1, 2], pa.int64()), "p": [batch] * 3}), mode="append"
             )
-        set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     write_deltalake(
         str(mapped), pa.table({"k": pa.array([1, 2], pa.int64())}), configuration={"delta.columnMapping.mode": "name"}
     )

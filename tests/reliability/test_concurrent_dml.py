@@ -20,6 +20,7 @@ from deltalake import DeltaTable, write_deltalake
 import recluster.rounds
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.commit import CommitStatus
+from recluster.log_commit import set_table_properties
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -27,7 +28,6 @@ from recluster.settings import (
     StreamSettings,
     TableSettings,
 )
-from recluster.table import set_table_properties
 from tests.helpers import row_multiset
 from tests.reliability.checks import assert_intact, run_final, scaled
 
@@ -59,7 +59,7 @@ class Mirrored:
             create = not (path / "_delta_log").exists()
             write_deltalake(str(path), data, mode="append", schema_mode="merge")
             if create:
-                set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+                set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
 
     def both(self, change: Callable[[DeltaTable], object]) -> None:
         for path in (self.path, self.shadow):
@@ -100,7 +100,7 @@ def concurrent_changes(mirrored: Mirrored) -> dict[str, Callable[[], None]]:
         "append": lambda: mirrored.append(300),
         "new_column": lambda: mirrored.append(300, extra=pa.array([1.5] * 300)),
         "table_property": lambda: mirrored.both(
-            lambda t: set_table_properties(t, {"delta.dataSkippingNumIndexedCols": "2"})
+            lambda t: set_table_properties(t.table_uri, {"delta.dataSkippingNumIndexedCols": "2"})
         ),
     }
 

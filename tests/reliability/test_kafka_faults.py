@@ -14,6 +14,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from jobs.autorecluster import start_job, stop_gracefully
+from recluster.log_commit import set_table_properties
 from recluster.publish import commit_event_json
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
@@ -23,7 +24,6 @@ from recluster.settings import (
     StreamSettings,
     TableSettings,
 )
-from recluster.table import set_table_properties
 from tests.reliability.checks import assert_intact
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -49,7 +49,7 @@ def test_commits_topic_deleted_and_recreated_under_the_job(tmp_path, spark, brok
             producer.close()
 
     append(announce=False)
-    set_table_properties(DeltaTable(str(table)), {CLUSTER_BY_PROPERTY: "k"})
+    set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
     settings = Settings(
         clustering=ClusteringSettings(target_rows=5_000),
         stream=StreamSettings(source="kafka", checkpoint_location=str(tmp_path / "cp"), trigger_interval_seconds=0.2),

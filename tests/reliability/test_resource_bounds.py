@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
 
+from recluster.log_commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
-from recluster.table import set_table_properties
 from tests.reliability.checks import assert_intact, run_final
 
 pytestmark = [pytest.mark.spark]
@@ -47,11 +47,11 @@ def test_every_committed_task_within_its_byte_and_file_budget(tmp_path, spark):
                 writer_properties=no_stats,
                 configuration={"delta.dataSkippingNumIndexedCols": "0"},
             )
-            set_table_properties(DeltaTable(str(path)), {"delta.dataSkippingNumIndexedCols": "32"})
+            set_table_properties(path, {"delta.dataSkippingNumIndexedCols": "32"})
         else:
             write_deltalake(str(path), data, mode="append")
         if batch == 0:
-            set_table_properties(DeltaTable(str(path)), {CLUSTER_BY_PROPERTY: "k"})
+            set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     sizes = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))["size_bytes"].to_pylist()
     small = sorted(sizes)[len(sizes) // 2]
     budget = 4 * small  # a few small files per task; the big file alone is over it

@@ -1,0 +1,187 @@
+"""What delta-rs does not expose, read from the Delta log itself: the latest protocol and metaData actions
+exactly as logged, and the deletion vector descriptor of every live file.
+
+A replay starts at the newest complete checkpoint at or below the wanted version (classic, multi-part or v2
+with sidecars) and applies the JSON commits after it. Only the columns needed are read from checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from recluster.deletion_vectors import (
+    ABSOLUTE,
+    INLINE,
+    DeletionVector,
+    DeletionVectorError,
+    deleted_positions,
+    inline_bytes,
+    stored_bytes,
+)
+from recluster.storage import LOG_DIR, log_file, normalize_uri, read_log_actions, stored_location, table_filesystem
+
+_CHECKPOINT = re.compile(
+    r"^(?P<version>\d{20})\.checkpoint(?:\.(?P<part>\d{10})\.(?P<parts>\d{10})|\.(?P<uuid>[0-9a-fA-F-]{36}))?"
+    r"\.(?P<format>parquet|json)$"
+)
+_COMMIT = re.compile(r"^(?P<version>\d{20})\.json$")
+
+
+class LogReplayError(Exception):
+    """The log cannot be replayed to the wanted version (missing commits, unreadable checkpoint)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """The parts of a snapshot that only the raw log has."""
+
+    version: int
+    protocol: Mapping[str, Any]
+    metadata: Mapping[str, Any]
+    deletion_vectors: Mapping[str, DeletionVector] = field(default_factory=dict)
+    """Live file path (as logged) -> its deletion vector; files without one are absent."""
+
+
+def _plain(value: Any) -> Any:
+    """A checkpoint value as the JSON log would hold it: Arrow maps (lists of pairs) become dicts."""
+    if isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        return {k: _plain(v) for k, v in value}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _checkpoint_files(names: list[str], version: int) -> tuple[int, list[str]] | None:
+    """The newest complete checkpoint at or below `version`: (its version, its files)."""
+    found: dict[tuple[int, str], list[str]] = {}
+    expected: dict[tuple[int, str], int] = {}
+    for name in names:
+        match = _CHECKPOINT.match(name)
+        if not match or int(match["version"]) > version:
+            continue
+        kind = "multi" if match["parts"] else ("v2:" + match["uuid"] if match["uuid"] else "single")
+        slot = (int(match["version"]), kind)
+        found.setdefault(slot, []).append(name)
+        expected[slot] = int(match["parts"] or 1)
+    complete = [slot for slot, files in found.items() if len(files) == expected[slot]]
+    if not complete:
+        return None
+    best = max(complete, key=lambda slot: (slot[0], slot[1] == "single"))
+    return best[0], sorted(found[best])
+
+
+def _read_parquet(filesystem: pafs.FileSystem, location: str, with_files: bool) -> Iterator[dict[str, Any]]:
+    with filesystem.open_input_file(location) as handle:
+        parquet = pq.ParquetFile(handle)
+        present = set(parquet.schema_arrow.names)
+        wanted = [c for c in ("protocol", "metaData", "sidecar") if c in present]
+        if with_files and "add" in present:
+            add_fields = {f.name for f in parquet.schema_arrow.field("add").type}
+            wanted += [f"add.{f}" for f in ("path", "deletionVector") if f in add_fields]
+        if not wanted:
+            return
+        table = parquet.read(columns=wanted)
+    for name in table.column_names:
+        for value in table.column(name).to_pylist():
+            if value is not None and (name != "add" or value.get("path") is not None):
+                yield {name: _plain(value)}
+
+
+def _read_json(filesystem: pafs.FileSystem, location: str) -> list[dict[str, Any]]:
+    with filesystem.open_input_stream(location) as stream:
+        return [json.loads(line) for line in stream.read().decode("utf-8").splitlines() if line.strip()]
+
+
+def _checkpoint_actions(
+    table_uri: str, filesystem: pafs.FileSystem, files: list[str], with_files: bool
+) -> Iterator[dict[str, Any]]:
+    for name in files:
+        location = log_file(table_uri, name)
+        actions = (
+            _read_json(filesystem, location)
+            if name.endswith(".json")
+            else _read_parquet(filesystem, location, with_files)
+        )
+        for action in actions:
+            if "sidecar" in action:
+                sidecar = log_file(table_uri, f"_sidecars/{unquote(action['sidecar']['path'])}")
+                yield from _read_parquet(filesystem, sidecar, with_files)
+            else:
+                yield action
+
+
+def replay_log(
+    table_uri: str, storage_options: Mapping[str, str] | None, version: int, *, with_files: bool = True
+) -> LogState:
+    """Protocol, metadata and (with `with_files`) the live files' deletion vectors at `version`."""
+    location = normalize_uri(table_uri)
+    filesystem = table_filesystem(location, storage_options)
+    selector = pafs.FileSelector(stored_location(location, LOG_DIR), allow_not_found=True)
+    names = [info.base_name for info in filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
+    checkpoint = _checkpoint_files(names, version)
+    start = -1 if checkpoint is None else checkpoint[0]
+    commits = {int(m["version"]) for m in map(_COMMIT.match, names) if m}
+    missing = [v for v in range(start + 1, version + 1) if v not in commits]
+    if missing:
+        raise LogReplayError(f"the log of {table_uri} has no commit {missing[0]} (and no checkpoint after it)")
+    protocol: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    vectors: dict[str, DeletionVector] = {}
+
+    def apply(action: Mapping[str, Any]) -> None:
+        nonlocal protocol, metadata
+        if "protocol" in action:
+            protocol = dict(action["protocol"])
+        elif "metaData" in action:
+            metadata = dict(action["metaData"])
+        elif with_files and "add" in action:
+            add = action["add"]
+            if add.get("deletionVector"):
+                vectors[add["path"]] = DeletionVector.from_log(add["deletionVector"])
+            else:
+                vectors.pop(add["path"], None)
+        elif with_files and "remove" in action:
+            vectors.pop(action["remove"]["path"], None)
+
+    try:
+        if checkpoint is not None:
+            for action in _checkpoint_actions(location, filesystem, checkpoint[1], with_files):
+                apply(action)
+        for commit in range(start + 1, version + 1):
+            for action in read_log_actions(location, commit, storage_options):
+                apply(action)
+    except (OSError, ValueError, KeyError) as error:
+        raise LogReplayError(f"cannot read the log of {table_uri}: {error}") from None
+    return LogState(version, protocol, metadata, vectors)
+
+
+def read_deleted_positions(
+    table_uri: str, storage_options: Mapping[str, str] | None, vector: DeletionVector
+) -> npt.NDArray[np.uint64]:
+    """Row positions a deletion vector deletes, reading its file (a range of it) when it is not inline."""
+    if vector.storage_type == INLINE:
+        return deleted_positions(inline_bytes(vector))
+    path = vector.file_path()
+    if vector.storage_type == ABSOLUTE:
+        root = normalize_uri(table_uri).rstrip("/") + "/"
+        absolute = normalize_uri(path)
+        if not absolute.startswith(root):
+            raise DeletionVectorError(f"deletion vector {path} is outside the table")
+        path = absolute[len(root) :]
+    filesystem = table_filesystem(normalize_uri(table_uri), storage_options)
+    with filesystem.open_input_file(stored_location(normalize_uri(table_uri), path)) as handle:
+        handle.seek(vector.offset or 0)
+        block = handle.read(vector.size_in_bytes + 8)
+    return deleted_positions(stored_bytes(vector, block))

@@ -1,0 +1,152 @@
+"""The conditional PUT a Delta commit needs on an object store, through obstore (Rust object_store, the
+library delta-rs uses too), configured from the table's delta-rs storage options and the environment.
+
+S3 (AWS and compatible stores) creates-if-absent with `If-None-Match: *`, GCS with `ifGenerationMatch=0`,
+Azure with `If-None-Match: *`: two writers of one log version, exactly one wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+from urllib.parse import urlparse
+
+_CLIENT_KEYS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "http1_only",
+        "http2_only",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "proxy_ca_certificate",
+        "proxy_excludes",
+        "timeout",
+        "user_agent",
+    }
+)
+_STORE_KEYS: dict[str, tuple[str, frozenset[str], Mapping[str, str]]] = {
+    "s3": (
+        "aws_",
+        frozenset(
+            [
+                "access_key_id",
+                "bucket",
+                "checksum_algorithm",
+                "conditional_put",
+                "container_credentials_relative_uri",
+                "container_credentials_full_uri",
+                "container_authorization_token_file",
+                "copy_if_not_exists",
+                "default_region",
+                "disable_tagging",
+                "endpoint",
+                "imdsv1_fallback",
+                "metadata_endpoint",
+                "region",
+                "request_payer",
+                "role_arn",
+                "role_session_name",
+                "s3_express",
+                "secret_access_key",
+                "server_side_encryption",
+                "session_token",
+                "skip_signature",
+                "sse_bucket_key_enabled",
+                "sse_kms_key_id",
+                "sts_endpoint",
+                "unsigned_payload",
+                "virtual_hosted_style_request",
+                "web_identity_token_file",
+            ]
+        ),
+        {"endpoint_url": "endpoint", "token": "session_token"},
+    ),
+    "gs": (
+        "google_",
+        frozenset(
+            ["service_account", "service_account_key", "base_url", "bearer_token", "bucket", "application_credentials"]
+        ),
+        {"service_account_path": "service_account"},
+    ),
+    "az": (
+        "azure_",
+        frozenset(
+            [
+                "account_name",
+                "account_key",
+                "client_id",
+                "client_secret",
+                "tenant_id",
+                "authority_host",
+                "sas_key",
+                "token",
+                "use_emulator",
+                "use_fabric_endpoint",
+                "endpoint",
+                "msi_endpoint",
+                "object_id",
+                "msi_resource_id",
+                "federated_token_file",
+                "use_azure_cli",
+                "skip_signature",
+                "container_name",
+            ]
+        ),
+        {
+            "storage_account_name": "account_name",
+            "storage_account_key": "account_key",
+            "storage_use_emulator": "use_emulator",
+            "storage_sas_key": "sas_key",
+            "storage_token": "token",
+            "storage_endpoint": "endpoint",
+            "storage_client_id": "client_id",
+            "storage_client_secret": "client_secret",
+            "storage_tenant_id": "tenant_id",
+        },
+    ),
+}
+_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az", "abfss": "az", "adl": "az"}
+
+
+def store_config(scheme: str, storage_options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(store config, client options) for obstore from delta-rs storage options; options only delta-rs knows
+    (a locking provider, ...) are left out."""
+    kind = _SCHEMES.get(scheme.lower())
+    if kind is None:
+        raise ValueError(f"no object store for scheme {scheme!r}")
+    prefix, keys, aliases = _STORE_KEYS[kind]
+    config: dict[str, str] = {}
+    client: dict[str, str] = {}
+    for raw, value in storage_options.items():
+        name = raw.lower().removeprefix(prefix)
+        name = aliases.get(name, name)
+        if name in _CLIENT_KEYS:
+            client[name] = value
+        elif name in keys:
+            config[name] = value
+    return config, client
+
+
+@cache
+def _store(table_uri: str, options: tuple[tuple[str, str], ...]) -> Any:
+    from obstore.store import from_url
+
+    config, client = store_config(urlparse(table_uri).scheme, dict(options))
+    return from_url(table_uri.rstrip("/"), config=config or None, client_options=client or None)  # type: ignore[arg-type]
+
+
+def put_new_object(table_uri: str, relative: str, data: bytes, storage_options: Mapping[str, str] | None) -> bool:
+    """Create `relative` under the table's root only if absent; False when it already exists."""
+    import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    store = _store(table_uri, tuple(sorted((storage_options or {}).items())))
+    try:
+        obstore.put(store, relative, data, mode="create")
+    except (AlreadyExistsError, PreconditionError):
+        return False
+    return True

@@ -1,0 +1,164 @@
+"""Where a table's files are and how to reach them: URIs, the pyarrow filesystem of a table (local or through
+delta-rs's object store with the table's storage options), the log's files, and the one atomic primitive a
+Delta commit needs: create a file only if it does not exist yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow.fs as pafs
+from deltalake.fs import DeltaStorageHandler
+
+
+def normalize_uri(uri: str) -> str:
+    """Local paths and `file://` URIs become absolute paths; object-store URIs pass through."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return os.path.abspath(unquote(parsed.path))
+    if parsed.scheme in ("", "c", "d") or len(parsed.scheme) == 1:  # plain or Windows-drive paths
+        return os.path.abspath(uri)
+    return uri.rstrip("/")
+
+
+@cache
+def _filesystem(table_uri: str, options: tuple[tuple[str, str], ...]) -> pafs.FileSystem:
+    if "://" not in table_uri:
+        return pafs.LocalFileSystem()
+    return pafs.PyFileSystem(DeltaStorageHandler(table_uri, dict(options)))
+
+
+def table_filesystem(table_uri: str, storage_options: Mapping[str, str] | None) -> pafs.FileSystem:
+    return _filesystem(table_uri, tuple(sorted((storage_options or {}).items())))
+
+
+def file_location(table_uri: str, path: str) -> str:
+    """Where `path` (relative to the table, URL-encoded as in the log) is for the table's filesystem."""
+    if "://" in path:
+        return path
+    return stored_location(table_uri, unquote(path))
+
+
+def stored_location(table_uri: str, relative: str) -> str:
+    """A stored (decoded) path relative to the table root, for the table's filesystem."""
+    if "://" not in table_uri:
+        return os.path.join(table_uri, relative)
+    return relative  # DeltaStorageHandler is rooted at the table
+
+
+LOG_DIR = "_delta_log"
+
+
+def log_file(table_uri: str, name: str) -> str:
+    return stored_location(table_uri, f"{LOG_DIR}/{name}")
+
+
+def commit_file_exists(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether `_delta_log/<version>.json` exists: one HEAD on an object store (a stat through delta-rs
+    would also list the name as a directory; opening the file only reads its metadata)."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    try:
+        filesystem.open_input_file(log_file(table_uri, f"{version:020d}.json")).close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_log_actions(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The actions of one commit file; FileNotFoundError when the log no longer has it."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    with filesystem.open_input_stream(log_file(table_uri, f"{version:020d}.json")) as stream:
+        lines = stream.read().decode("utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
+    """The version `_delta_log/_last_checkpoint` names (one GET), None when the table has no checkpoint."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    try:
+        with filesystem.open_input_stream(log_file(table_uri, "_last_checkpoint")) as stream:
+            return int(json.loads(stream.read().decode("utf-8"))["version"])
+    except (OSError, KeyError, ValueError):  # missing, unreadable or malformed: as if there were none
+        return None
+
+
+def log_versions(table_uri: str, storage_options: Mapping[str, str] | None) -> list[int]:
+    """Versions that have a commit file, from one listing of the `_delta_log/` prefix."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    selector = pafs.FileSelector(stored_location(table_uri, LOG_DIR), allow_not_found=True)
+    names = [info.base_name for info in filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
+    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file found under a table root by listing (whatever the log says about it)."""
+
+    path: str
+    """Relative to the table root, decoded (as stored, not as the log encodes it)."""
+    bytes: int
+    modified: float | None
+    """Last modification, seconds since the epoch."""
+
+
+def list_data_files(table_uri: str, storage_options: Mapping[str, str] | None) -> list[StoredFile]:
+    """Every file under the table root outside `_delta_log/`: one prefix listing per directory level
+    (an object store lists a prefix with a delimiter, in pages); the log itself is never listed."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    root = stored_location(table_uri, "")
+    found = []
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        for info in filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+            relative = info.path[len(root) :].lstrip("/") if root else info.path.lstrip("/")
+            if relative == LOG_DIR:
+                continue
+            if info.type == pafs.FileType.Directory:
+                pending.append(info.path)
+            elif info.type == pafs.FileType.File:
+                modified = info.mtime.timestamp() if info.mtime else None
+                found.append(StoredFile(relative, int(info.size or 0), modified))
+    return sorted(found, key=lambda f: f.path)
+
+
+def remove_stored_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
+    """Delete files by their stored (decoded) paths relative to the table root; missing ones are fine."""
+    filesystem = table_filesystem(table_uri, storage_options)
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_file(stored_location(table_uri, path))
+
+
+def put_if_absent(table_uri: str, relative: str, data: bytes, storage_options: Mapping[str, str] | None) -> bool:
+    """Create `relative` (stored path under the table root) holding `data`, atomically and only if no such file
+    exists; False when it exists. This is what makes a Delta commit atomic: two writers of one version, one wins.
+
+    Local files: written aside, then hard-linked into place (link fails if the name exists). Object stores:
+    a conditional PUT (If-None-Match / ifGenerationMatch=0) through obstore with the table's storage options.
+    """
+    if "://" not in table_uri:
+        target = os.path.join(table_uri, relative)
+        handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(target))
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.link(temporary, target)
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(temporary)
+        return True
+    from recluster.object_store import put_new_object
+
+    return put_new_object(table_uri, relative, data, storage_options)
