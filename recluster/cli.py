@@ -209,7 +209,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from recluster.api import storage_options_for
     from recluster.log_commit import set_table_properties
     from recluster.sql import ClusterByStatement, parse_statement
-    from recluster.table import open_table, require_safe_commits, resolve_cluster_key
+    from recluster.table import format_columns, open_table, require_safe_commits, resolve_cluster_key
 
     statement = parse_statement(args.statement)
     settings = _settings(args)
@@ -224,7 +224,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if isinstance(statement, ClusterByStatement):
         key = resolve_cluster_key(table, statement.columns, statement.table)
         require_safe_commits(statement.table, options, settings.commit.allow_unsafe_single_writer)
-        set_table_properties(statement.table, {CLUSTER_BY_PROPERTY: ",".join(key.names)}, options)
+        set_table_properties(statement.table, {CLUSTER_BY_PROPERTY: format_columns(key.names)}, options)
         summary = {"table": statement.table, "cluster_by": list(key.names), "fingerprint": key.fingerprint}
         if args.json:
             print_json(summary)

@@ -350,7 +350,7 @@ def read_task_files(
         )
     if native:
         paths = [spark_path(table_root, block.path) for block in task.files]
-        return spark.read.schema(spark_schema).parquet(*paths).select(*data_schema.names)
+        return spark.read.schema(spark_schema).parquet(*paths).select(*(spark_column(n) for n in data_schema.names))
     from pyspark.sql.pandas.types import to_arrow_schema
 
     spec = InputSpec(
@@ -402,7 +402,7 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     collected = [batch for batch in batches if batch.num_rows]
     if not collected:
         return
-    table = pa.Table.from_batches(collected).select(spec.schema.names).cast(spec.schema)
+    table = pa.Table.from_batches(collected).rename_columns(spec.schema.names).cast(spec.schema)
     files_by_rows = math.ceil(table.num_rows / spec.target_rows - 0.25)  # within 25% of target: one file
     files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
     # A file's key range is per-column (min tuple, max tuple): two files that split one value of the first
@@ -455,6 +455,13 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     )
 
 
+def spark_column(name: str) -> Any:
+    """A top-level column by its exact name, even with a dot, space, comma or backquote in it."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def _spark_schema(schema: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -477,10 +484,12 @@ def execute_task(
     reader: DataReader = "auto",
 ) -> list[WrittenFile]:
     """Rewrite one task's files sorted by the key; returns the files written (not yet committed)."""
-    from pyspark.sql import functions as F
 
     frame = read_task_files(spark, task, table_root, data_schema, reader, storage_options or {})
-    order = [F.col(f"`{name}`").asc_nulls_first() for name in key]
+    # Columns travel by position under plain names: mapInArrow resolves a name with a dot as a nested field.
+    positional = [f"_c{i}" for i in range(len(data_schema.names))]
+    frame = frame.toDF(*positional)
+    order = [frame[positional[data_schema.names.index(name)]].asc_nulls_first() for name in key]
     partitions = max(1, math.ceil(task.rows / target_rows), math.ceil(task.bytes / target_file_bytes))
     spec = OutputSpec(
         table_root=table_root,

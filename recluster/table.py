@@ -201,7 +201,31 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
 
 
 def parse_columns(text: str) -> list[str]:
-    return [c.strip().strip("`") for c in text.split(",") if c.strip()]
+    """Column names from `a, b` or with backquotes (`` `x,y` ``, a doubled `` ` `` inside stands for one)."""
+    names: list[str] = []
+    current, quoted, index = "", False, 0
+    while index < len(text):
+        char = text[index]
+        if char == "`" and quoted and text[index + 1 : index + 2] == "`":
+            current, index = current + "`", index + 2
+            continue
+        if char == "`":
+            quoted = not quoted
+        elif char == "," and not quoted:
+            names.append(current.strip())
+            current = ""
+        else:
+            current += char
+        index += 1
+    if quoted:
+        raise TableError(f"unclosed backquote in column list {text!r}")
+    names.append(current.strip())
+    return [n for n in names if n]
+
+
+def format_columns(names: Sequence[str]) -> str:
+    """The column list `parse_columns` reads back: names with a comma, backquote or outer space backquoted."""
+    return ",".join(f"`{n.replace('`', '``')}`" if ("," in n or "`" in n or n != n.strip()) else n for n in names)
 
 
 def resolve_cluster_key(table: DeltaTable, cluster_by: Sequence[str] | None, uri: str = "") -> ClusterKey:

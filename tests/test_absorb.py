@@ -376,7 +376,8 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
 def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]]:
     """A one-file table and `rewrite(name)`: a rewrite of that file into a copy named `name`, planned at the
     table's first version (as every concurrent rewrite of it would be)."""
-    from recluster.table import WrittenFile, commit_rewrite
+    from recluster.log_commit import commit_rewrite
+    from recluster.table import WrittenFile
 
     path = tmp_path / "t"
     data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
@@ -407,25 +408,43 @@ def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
 
 
-def test_two_rewrites_racing_past_the_check_cannot_both_commit(tmp_path: Path, monkeypatch):
-    """The log check alone leaves a window: another rewrite of ours commits between the check and the commit.
-    Every rewrite carries our SetTransaction, so delta-rs fails the later one, which then checks the new commit,
-    finds its input removed and gives up."""
-    import recluster.table as table_module
+def outside_compaction(path: Path, name: str) -> None:
+    """Another tool's rewrite of the table's one file into `name` (delta-rs, dataChange=false, no app id)."""
+    from deltalake.transaction import AddAction, RemoveAction
+
+    table = DeltaTable(str(path))
+    (old,) = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    stats = json.dumps({"numRecords": 3, "minValues": {"k": 1}, "maxValues": {"k": 3}, "nullCount": {"k": 0}})
+    table.create_write_transaction(
+        [
+            RemoveAction(old["path"], False, 1, old["size_bytes"], {}),
+            AddAction(f"{name}.parquet", old["size_bytes"], {}, 1, False, stats),
+        ],
+        mode="append",
+        schema=table.schema(),
+    )
+
+
+@pytest.mark.parametrize("racer", ["recluster", "outside-compaction"])
+def test_two_rewrites_racing_past_the_check_cannot_both_commit(tmp_path: Path, monkeypatch, racer: str):
+    """The log check alone leaves a window: another rewrite commits between our check and our commit. Our commit
+    creates exactly the version after the last one checked, only if absent: the other rewrite took it, so ours
+    checks that commit, finds its input removed and gives up. Holds for another tool's compaction too."""
+    import recluster.log_commit as commit_module
     from recluster.table import CommitConflict
 
     path, data, rewrite = one_file_table(tmp_path)
-    real_check = table_module.rewrite_conflict
+    real_check = commit_module.rewrite_conflict
     raced: list[str] = []
 
     def check_then_lose_the_race(*args, **kwargs):  # type: ignore[no-untyped-def]
         problem = real_check(*args, **kwargs)
         if not raced:
             raced.append("b")
-            rewrite("b")  # passes its own check and commits right after ours passed
+            rewrite("b") if racer == "recluster" else outside_compaction(path, "b")  # commits right after our check
         return problem
 
-    monkeypatch.setattr(table_module, "rewrite_conflict", check_then_lose_the_race)
+    monkeypatch.setattr(commit_module, "rewrite_conflict", check_then_lose_the_race)
     with pytest.raises(CommitConflict, match="removed input"):
         rewrite("a")
     assert raced and row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
