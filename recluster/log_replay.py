@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -52,14 +53,18 @@ class LogState:
     """Live file path (as logged) -> its deletion vector; files without one are absent."""
 
 
-def _plain(value: Any) -> Any:
-    """A checkpoint value as the JSON log would hold it: Arrow maps (lists of pairs) become dicts."""
-    if isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-        return {k: _plain(v) for k, v in value}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
+def _plain(value: Any, arrow_type: pa.DataType) -> Any:
+    """A checkpoint value as the JSON log holds it: maps become objects (an empty map `{}`, not `[]`), struct
+    fields that are null are left out."""
+    if value is None:
+        return None
+    if pa.types.is_map(arrow_type):
+        return {k: _plain(v, arrow_type.item_type) for k, v in value}
+    if pa.types.is_struct(arrow_type):
+        fields = {f.name: f.type for f in arrow_type}
+        return {k: _plain(v, fields[k]) for k, v in value.items() if v is not None}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return [_plain(v, arrow_type.value_type) for v in value]
     return value
 
 
@@ -94,9 +99,10 @@ def _read_parquet(filesystem: pafs.FileSystem, location: str, with_files: bool) 
             return
         table = parquet.read(columns=wanted)
     for name in table.column_names:
-        for value in table.column(name).to_pylist():
+        column = table.column(name)
+        for value in column.to_pylist():
             if value is not None and (name != "add" or value.get("path") is not None):
-                yield {name: _plain(value)}
+                yield {name: _plain(value, column.type)}
 
 
 def _read_json(filesystem: pafs.FileSystem, location: str) -> list[dict[str, Any]]:

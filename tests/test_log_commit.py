@@ -78,3 +78,22 @@ def test_column_lists_with_commas_backquotes_dots_and_spaces() -> None:
 @given(st.lists(st.text(min_size=1).filter(lambda n: n == n.strip() and n.strip()), min_size=1, max_size=4))
 def test_format_columns_round_trips(names: list[str]) -> None:
     assert parse_columns(format_columns(names)) == names
+
+
+def test_property_change_after_a_checkpoint_keeps_the_metadata_exactly(tmp_path: Path) -> None:
+    """The metaData we commit is replayed from a Parquet checkpoint: maps stay objects, every field is kept."""
+    write_deltalake(str(tmp_path), pa.table({"k": [1, 2], "p": ["a", "b"]}), partition_by=["p"])
+    write_deltalake(str(tmp_path), pa.table({"k": [3], "p": ["a"]}), mode="append")
+    DeltaTable(str(tmp_path)).create_checkpoint()
+    before = DeltaTable(str(tmp_path)).metadata()
+    set_table_properties(tmp_path, {"recluster.clusterBy": "k"})
+    logged = json.loads((tmp_path / "_delta_log" / f"{2:020d}.json").read_text().splitlines()[1])["metaData"]
+    assert logged["format"] == {"provider": "parquet", "options": {}}
+    after = DeltaTable(str(tmp_path)).metadata()
+    assert (after.id, after.partition_columns, after.created_time) == (
+        before.id,
+        before.partition_columns,
+        before.created_time,
+    )
+    assert after.configuration == {**before.configuration, "recluster.clusterBy": "k"}
+    assert DeltaTable(str(tmp_path)).to_pyarrow_table().num_rows == 3
