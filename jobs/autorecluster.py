@@ -527,6 +527,10 @@ class ReclusterHandler:
             reasons=[str(o.task.reason) for o in outcomes] or [reason],
             errors=[f"{o.status}: {o.reason}" for o in outcomes if o.status is not CommitStatus.COMMITTED],
             skipped_events=self.skipped_events,
+            deletions=(
+                sum(b.has_deletion_vector for b in tracked.state.blocks),
+                sum(b.deleted_rows for b in tracked.state.blocks),
+            ),
         )
 
     def _publish(self, status: TableStatus) -> None:

@@ -70,6 +70,8 @@ class MetricsRecord(_Record):
         "absorb_ratio, absorb_resume, unclustered)",
     )
     errors: list[str] = Field(default_factory=list)
+    deletion_vector_files: int = Field(0, description="live files with a deletion vector")
+    deleted_rows: int = Field(0, description="rows their deletion vectors hide (purged by major optimizing)")
     skipped_events: int = Field(0, description="malformed commit events skipped in this batch (Kafka source)")
 
 
@@ -86,7 +88,9 @@ def metrics_record(
     reasons: Iterable[str] = (),
     errors: Iterable[str] = (),
     skipped_events: int = 0,
+    deletions: tuple[int, int] = (0, 0),
 ) -> MetricsRecord:
+    """`deletions`: (live files with a deletion vector, rows those vectors hide)."""
     return MetricsRecord(
         time=dt.datetime.now(dt.UTC),
         table=table,
@@ -102,6 +106,8 @@ def metrics_record(
         pending=pending,
         reasons=sorted(set(reasons)),
         errors=list(errors),
+        deletion_vector_files=deletions[0],
+        deleted_rows=deletions[1],
         skipped_events=skipped_events,
     )
 
