@@ -10,7 +10,7 @@ Ratios are recluster / delta-rs, best of the alternating runs.
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import json
 import shutil
 import sys
@@ -24,14 +24,17 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from bench.merge_bench import log, machine, markdown_table, write_results
-from recluster.blocks import KeyColumn, KeyType
-from recluster.log_commit import commit_rewrite
-from recluster.table import ClusterKey, WrittenFile, load_snapshot
-from tests.table_shapes import add_deletion_vector, set_protocol_features
+from bench.merge_bench import log, machine, markdown_table, quick_cli, write_results
+from recluster.core.blocks import WrittenFile
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType
+from recluster.delta.commit import commit_rewrite
+from recluster.delta.snapshot import load_snapshot
 
 KEY = ClusterKey((KeyColumn("k", KeyType.INTEGER),))
 REMOVED, ADDED = 50, 5
+table_shapes = importlib.import_module("tests.table_shapes")
+"""The test suite's deletion-vector writer, imported by name: mypy then checks bench without following the import
+into tests/ (whose optional duckdb extension ships no type information)."""
 
 
 def build(path: Path, files: int) -> None:
@@ -104,11 +107,11 @@ def main(quick: bool = False) -> dict[str, Any]:
 
         commit_ours, commit_theirs = alternate(runs, lambda: ours(fresh()), lambda: delta_rs(fresh()))
         with_vectors = fresh()
-        set_protocol_features(str(with_vectors), ["deletionVectors"], ["deletionVectors"])
+        table_shapes.set_protocol_features(str(with_vectors), ["deletionVectors"], ["deletionVectors"])
         for path in sorted(
             a["path"] for a in pa.table(DeltaTable(str(with_vectors)).get_add_actions(True)).to_pylist()
         )[: files // 2]:
-            add_deletion_vector(str(with_vectors), path, [1, 2, 3], inline=True)
+            table_shapes.add_deletion_vector(str(with_vectors), path, [1, 2, 3], inline=True)
         DeltaTable(str(with_vectors)).create_checkpoint()
         plain = fresh()
         replay, no_replay = alternate(runs, lambda: snapshot_ours(with_vectors), lambda: snapshot_ours(plain, False))
@@ -146,7 +149,5 @@ def main(quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m bench.commit_bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    main(quick=parser.parse_args().quick)
+    quick_cli("python -m bench.commit_bench", main, description=__doc__.splitlines()[0])
     sys.exit(0)

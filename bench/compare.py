@@ -67,12 +67,12 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from bench.merge_bench import RESULTS, SPARK_SETTINGS, log, machine, markdown_table, start_spark, write_results
-from recluster.api import read_snapshot
-from recluster.log_commit import set_table_properties
-from recluster.metrics import clustering_info
-from recluster.rounds import ReclusterResult, recluster_table, snapshot_loader
+from recluster.core.metrics import clustering_info
+from recluster.delta.commit import set_table_properties
+from recluster.delta.snapshot import arrow_schema
+from recluster.engine.api import read_snapshot
+from recluster.engine.rounds import ReclusterResult, recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, PRESET_BETAS, ClusteringSettings, Settings
-from recluster.table import arrow_schema
 
 MB = 1_000_000
 STRING_WIDTH = 20

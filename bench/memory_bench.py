@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
-from bench.merge_bench import HEADERS, log, markdown_table, write_results
-from recluster.log_commit import set_table_properties
+from bench.merge_bench import SUMMARY_HEADERS, log, markdown_table, summary_records, write_results
+from recluster.delta.commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
 
 MB = 1 << 20
@@ -42,7 +42,7 @@ def build_table(path: Path, files: int, seed: int = 5) -> None:
     for start in range(0, files, CHUNK):
         lows = rng.integers(0, 10**12, CHUNK)
         spans = rng.integers(1, 10**10, CHUNK)
-        actions = [
+        actions: list[AddAction | RemoveAction] = [
             AddAction(
                 f"part-{start + i:07d}.parquet",
                 20_000,
@@ -77,9 +77,9 @@ def _rss_mb() -> float:
 
 def measure(path: str, what: str) -> dict[str, Any]:
     """In this (fresh) process: peak RSS and Python allocation peak of `what` on the table."""
-    from recluster.api import table_info
-    from recluster.rounds import selection_bounds
-    from recluster.selection import select_merge_tasks
+    from recluster.core.selection import select_merge_tasks
+    from recluster.engine.api import table_info
+    from recluster.engine.rounds import selection_bounds
     from recluster.settings import Settings
 
     settings = Settings()
@@ -140,10 +140,10 @@ def main(quick: bool = False) -> dict[str, Any]:
         ],
         ["planning time, s", ours["seconds"], baseline["seconds"], ours["seconds"] / baseline["seconds"], ""],
     ]
-    result["summary"] = [dict(zip(HEADERS, row, strict=True)) for row in rows]
+    result["summary"] = summary_records(rows)
     path_written = write_results("memory-quick" if quick else "memory", result)
     print("\n### memory\n")
-    print(markdown_table(HEADERS, rows))
+    print(markdown_table(SUMMARY_HEADERS, rows))
     print(
         f"\nBaseline: delta-rs alone loading the snapshot's add actions. Total peak RSS: recluster "
         f"{ours['peak_rss_mb']:.0f} MB, baseline {baseline['peak_rss_mb']:.0f} MB."

@@ -31,7 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.log_commit import set_table_properties
-from recluster.rounds import recluster_table, snapshot_loader
+from recluster.delta.commit import set_table_properties
+from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings, SparkSettings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -50,14 +50,14 @@ STRING_WIDTH = 20
 MB = 1_000_000
 
 
-# ---- shared helpers (stream_bench imports these) -------------------------------------------------------------
+# ---- shared helpers (the other benchmarks import these) --------------------------------------------------------------
 
 
 def start_spark() -> Any:
     """The one SparkSession of a benchmark script (local[2], 4 shuffle partitions)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from recluster.merge import spark_session
+    from recluster.spark.session import spark_session
 
     spark = spark_session(SPARK_SETTINGS)
     if spark.sparkContext.master != SPARK_SETTINGS.master:  # another benchmark left a different session running
@@ -100,14 +100,40 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def quick_cli(prog: str, main: Callable[..., Any], quick_help: str | None = None, description: str | None = None) -> None:
+    """The command line of a benchmark whose only option is `--quick`: parse it and run `main(quick=...)`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    main(quick=parser.parse_args().quick)
+
+
+SUMMARY_HEADERS = ("measure", "recluster", "baseline", "ratio", "goal")
+"""The columns of every benchmark's summary rows (`python -m bench` prints them in one combined table)."""
+
+
+def summary_records(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """Summary rows as the `summary` list of a result JSON: one {column: value} per row."""
+    return [dict(zip(SUMMARY_HEADERS, row, strict=True)) for row in rows]
+
+
+def letters(rng: np.random.Generator, rows: int, width: int) -> pa.Array:
+    """`rows` random strings of `width` lowercase letters, built from one buffer."""
+    chars = rng.integers(ord("a"), ord("z") + 1, size=rows * width, dtype=np.uint8)
+    offsets = np.arange(0, (rows + 1) * width, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(rows, pa.py_buffer(offsets.tobytes()), pa.py_buffer(chars.tobytes()))
+
+
+def add_actions(path: Path) -> pa.Table:
+    """The add actions of the latest version, one row per live file (flattened: stats as `min.<col>` etc.)."""
+    return pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+
+
 # ---- data ----------------------------------------------------------------------------------------------------
 
 
 def random_batch(rng: np.random.Generator, rows: int) -> pa.Table:
     """Random int64 keys over the whole domain plus a float, a 20-character string and an int payload."""
-    chars = rng.integers(ord("a"), ord("z") + 1, size=rows * STRING_WIDTH, dtype=np.uint8)
-    offsets = np.arange(0, (rows + 1) * STRING_WIDTH, STRING_WIDTH, dtype=np.int32)
-    labels = pa.StringArray.from_buffers(rows, pa.py_buffer(offsets.tobytes()), pa.py_buffer(chars.tobytes()))
+    labels = letters(rng, rows, STRING_WIDTH)
     return pa.table(
         {
             "k": pa.array(rng.integers(-(1 << 62), 1 << 62, size=rows, dtype=np.int64)),
@@ -118,16 +144,17 @@ def random_batch(rng: np.random.Generator, rows: int) -> pa.Table:
     )
 
 
-def append(path: Path, table: pa.Table) -> None:
+def append(path: Path, table: pa.Table, key: Sequence[str] = ("k",)) -> None:
+    """Append `table`; the append that creates the table also sets its cluster key (`recluster.clusterBy`)."""
     create = not (path / "_delta_log").exists()
     write_deltalake(str(path), table, mode="append")
     if create:
-        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
+        set_table_properties(path, {CLUSTER_BY_PROPERTY: ",".join(key)})
 
 
 def live_files(path: Path) -> list[tuple[str, int, int]]:
     """(relative path, size, rows) of the live files of the latest version."""
-    actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+    actions = add_actions(path)
     return list(
         zip(
             actions["path"].to_pylist(),
@@ -386,9 +413,6 @@ def summary_rows(result: dict[str, Any]) -> list[list[Any]]:
     ]
 
 
-HEADERS = ("measure", "recluster", "baseline", "ratio", "goal")
-
-
 def main(quick: bool = False) -> dict[str, Any]:
     files_count, rows_per_file, repeats = (6, 600_000, 2) if quick else (40, 600_000, 2)
     appends = 15 if quick else 30
@@ -396,7 +420,7 @@ def main(quick: bool = False) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="recluster-merge-bench-"))
     started = time.perf_counter()
     try:
-        result = {
+        result: dict[str, Any] = {
             "benchmark": "merge",
             "quick": quick,
             "date": dt.date.today().isoformat(),
@@ -408,10 +432,10 @@ def main(quick: bool = False) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["seconds"] = time.perf_counter() - started
-    result["summary"] = [dict(zip(HEADERS, row, strict=True)) for row in summary_rows(result)]
+    result["summary"] = summary_records(summary_rows(result))
     path = write_results("merge-quick" if quick else "merge", result)
     print("\n### merge\n")
-    print(markdown_table(HEADERS, summary_rows(result)))
+    print(markdown_table(SUMMARY_HEADERS, summary_rows(result)))
     w = result["write_amplification"]
     print(
         "\nBaselines: raw Spark repartitionByRange + sortWithinPartitions + Parquet write of the same files; "
@@ -423,6 +447,4 @@ def main(quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m bench.merge_bench")
-    parser.add_argument("--quick", action="store_true", help="~150 MB and 15 appends instead of ~1 GB and 30")
-    main(quick=parser.parse_args().quick)
+    quick_cli("python -m bench.merge_bench", main, "~150 MB and 15 appends instead of ~1 GB and 30")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -30,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from recluster.blocks import Block, KeyColumn, KeyType, encode_key
-from recluster.metrics import ClusteringState, clustering_info, clustering_metrics, rank_keys
+from recluster.core.blocks import Block
+from recluster.core.keys import KeyColumn, KeyType, encode_key
+from recluster.core.metrics import ClusteringState, clustering_info, clustering_metrics, rank_keys
 
 INT_KEY = (KeyColumn("k", KeyType.INTEGER),)
 STRING_KEY = (KeyColumn("s", KeyType.STRING),)
@@ -98,7 +100,7 @@ def timed(action: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def median_of(repeat: int, action: Callable[[int], Any]) -> tuple[float, list[float]]:
-    samples = [timed(lambda i=i: action(i))[0] for i in range(repeat)]
+    samples = [timed(functools.partial(action, i))[0] for i in range(repeat)]
     CPU_SECONDS.append(statistics.median(CPU_SECONDS[-repeat:]))
     return statistics.median(samples), samples
 
@@ -106,33 +108,32 @@ def median_of(repeat: int, action: Callable[[int], Any]) -> tuple[float, list[fl
 Record = Callable[..., None]
 
 
+def build_and_measure_info(
+    label: str, build: Callable[[], list[Block]], record: Record, goal: float | None = None, p99: bool = False
+) -> list[Block]:
+    """Time building the blocks, then `clustering_info` over them (recording its average, and p99, depth)."""
+    build_seconds, blocks = timed(build)
+    record(f"build {label}", build_seconds)
+    info_seconds, info = timed(lambda: clustering_info(blocks))
+    depths = {"average_depth": info.table.average_depth}
+    if p99:
+        depths["p99_depth"] = info.table.p99_depth
+    record(f"clustering_info, {label}", info_seconds, goal, **depths)
+    return blocks
+
+
 def measure_int_blocks(blocks: int, rng: np.random.Generator, record: Record) -> None:
-    build_seconds, big = timed(lambda: int_blocks(blocks, rng))
-    record(f"build {blocks:,} int64-key blocks", build_seconds)
-    info_seconds, info = timed(lambda: clustering_info(big))
-    record(
-        f"clustering_info, {blocks:,} int64-key blocks",
-        info_seconds,
-        3.0,
-        average_depth=info.table.average_depth,
-        p99_depth=info.table.p99_depth,
-    )
+    label = f"{blocks:,} int64-key blocks"
+    big = build_and_measure_info(label, lambda: int_blocks(blocks, rng), record, 3.0, p99=True)
     one_seconds, _ = timed(lambda: clustering_metrics(big))
-    record(f"clustering_metrics, {blocks:,} int64-key blocks", one_seconds)
+    record(f"clustering_metrics, {label}", one_seconds)
 
 
 def measure_string_blocks(string_count: int, rng: np.random.Generator, record: Record) -> None:
     # The first Arrow sort of a process initialises its compute kernels (about 0.5 s): timed apart.
     warm_seconds, _ = timed(lambda: rank_keys([encode_key((w,), STRING_KEY) for w in ("b", "aa", "c")]))
     record("first Arrow-path rank_keys of the process (warm-up)", warm_seconds)
-    build_seconds, strings = timed(lambda: string_blocks(string_count, rng))
-    record(f"build {string_count:,} string-key blocks", build_seconds)
-    info_seconds, info = timed(lambda: clustering_info(strings))
-    record(
-        f"clustering_info, {string_count:,} string-key blocks",
-        info_seconds,
-        average_depth=info.table.average_depth,
-    )
+    build_and_measure_info(f"{string_count:,} string-key blocks", lambda: string_blocks(string_count, rng), record)
 
 
 def run(blocks: int, string_count: int, level_blocks: int, changes: int, repeat: int, seed: int) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Run from the project root: `python -m bench.stream_bench [--quick]`.
 
-A demo table (random int64 keys, `recluster.demo.append_demo_batch`) gets one batch of 20,000 rows, the job
+A demo table (random int64 keys, `recluster.engine.demo.append_demo_batch`) gets one batch of 20,000 rows, the job
 starts (`jobs.autorecluster.start_job`, 1 s trigger, target_rows=100,000), then 30 (quick: 15) more batches
 arrive, one every 1.5 s. For every timed append, latency = time the handler published a status for a version
 >= the append's version minus the time `write_deltalake` returned (the status is published after the batch's
@@ -13,7 +13,6 @@ Prints a markdown table and writes JSON to bench/results/stream[-quick]-<YYYY-MM
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import shutil
@@ -26,11 +25,20 @@ from typing import Any
 import numpy as np
 from deltalake import DeltaTable
 
-from bench.merge_bench import log, machine, markdown_table, start_spark, write_results
+from bench.merge_bench import (
+    SUMMARY_HEADERS,
+    log,
+    machine,
+    markdown_table,
+    quick_cli,
+    start_spark,
+    summary_records,
+    write_results,
+)
 from jobs.autorecluster import TableStatus, start_job, stop_gracefully
-from recluster.commit import PRODUCER, PRODUCER_KEY
-from recluster.demo import append_demo_batch
-from recluster.rounds import recluster_table, snapshot_loader
+from recluster.delta.log import PRODUCER, PRODUCER_KEY
+from recluster.engine.demo import append_demo_batch
+from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings, StreamSettings, TableSettings
 
 ROWS = 20_000
@@ -179,9 +187,6 @@ def run(work: Path, batches: int) -> dict[str, Any]:
     }
 
 
-HEADERS = ("measure", "recluster", "baseline", "ratio", "goal")
-
-
 def summary_rows(result: dict[str, Any]) -> list[list[Any]]:
     s = result["stream"]
     trigger = s["trigger_interval_seconds"]
@@ -233,13 +238,13 @@ def main(quick: bool = False) -> dict[str, Any]:
         "stream": stream,
         "seconds": time.perf_counter() - started,
     }
-    result["summary"] = [dict(zip(HEADERS, row, strict=True)) for row in summary_rows(result)]
+    result["summary"] = summary_records(summary_rows(result))
     assert stream["rows_final"] == stream["rows_expected"], (
         f"rows {stream['rows_final']} != appended {stream['rows_expected']}"
     )
     path = write_results("stream-quick" if quick else "stream", result)
     print("\n### stream\n")
-    print(markdown_table(HEADERS, summary_rows(result)))
+    print(markdown_table(SUMMARY_HEADERS, summary_rows(result)))
     print(
         f"\nrows: {stream['rows_final']:,} in the table, {stream['rows_expected']:,} appended; "
         f"merges {stream['tasks']}, conflicts {stream['conflicts']}, failures {stream['failures']}, "
@@ -259,6 +264,4 @@ def main(quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m bench.stream_bench")
-    parser.add_argument("--quick", action="store_true", help="15 appends instead of 30")
-    main(quick=parser.parse_args().quick)
+    quick_cli("python -m bench.stream_bench", main, "15 appends instead of 30")

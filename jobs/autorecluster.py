@@ -21,14 +21,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from recluster.api import open_checked_table
-from recluster.blocks import LEVEL_CONSTANT
-from recluster.commit import PRODUCER, CommitOutcome, CommitStatus, OutcomeTotals
-from recluster.history import new_process_id
-from recluster.maintenance import maintain_table
-from recluster.metrics import ClusteringState
-from recluster.optimizer import history_of, history_store, recluster_plan, run_process
-from recluster.optimizing import (
+from recluster.core.blocks import LEVEL_CONSTANT
+from recluster.core.errors import TableError
+from recluster.core.keys import ClusterKey
+from recluster.core.metrics import ClusteringState
+from recluster.core.optimizing import (
     Candidate,
     OptimizingConfig,
     ProcessRecord,
@@ -40,25 +37,22 @@ from recluster.optimizing import (
     schedule,
     table_health,
 )
-from recluster.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
-from recluster.rounds import SnapshotLoader, selection_bounds
-from recluster.selection import MergeTask, Policy, Reason, ReclusterPlan, level_threshold, select_merge_tasks
+from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import MergeTask, Policy, Reason, ReclusterPlan, level_threshold
+from recluster.delta.commit import CommitOutcome, CommitStatus, OutcomeTotals
+from recluster.delta.history import compact_small_files, new_process_id
+from recluster.delta.log import PRODUCER, CommitEntry, read_commits
+from recluster.delta.maintenance import maintain_table
+from recluster.delta.snapshot import TableSnapshot, blocks_from_log_adds, load_snapshot
+from recluster.delta.storage import normalize_uri, require_safe_commits
+from recluster.engine.api import open_checked_table
+from recluster.engine.optimizer import history_of, history_store, recluster_plan, run_process
+from recluster.engine.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
+from recluster.engine.rounds import SnapshotLoader, selection_bounds
 from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection, table_storage_options
-from recluster.storage import normalize_uri
-from recluster.table import (
-    ClusterKey,
-    TableError,
-    TableSnapshot,
-    blocks_from_log_adds,
-    compact_small_files,
-    load_snapshot,
-    require_safe_commits,
-)
-from triggers.delta_log import LOG_GAP, SCHEMA, SOURCE_NAME, CommitRange, DeltaLogSource, commit_rows
+from triggers.delta_log import SOURCE_NAME, DeltaLogSource
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
 from triggers.kafka_commits import KafkaCommitsSource
-
-COMMIT_COLUMNS = tuple(column.split()[0] for column in SCHEMA.split(", "))
 
 log = logging.getLogger("recluster.job")
 
@@ -207,10 +201,12 @@ class ReclusterHandler:
         try:
             rows = [r.asDict() for r in frame.collect()]
             if self.settings.stream.source == "kafka":
-                rows = self._log_commits_for_events(rows)
-            by_table: dict[str, list[dict[str, Any]]] = {}
-            for row in sorted(rows, key=lambda r: (r["table"], r["version"])):
-                by_table.setdefault(row["table"], []).append(row)
+                commits = self._log_commits_for_events(rows)
+            else:
+                commits = [CommitEntry.from_row(row) for row in rows]
+            by_table: dict[str, list[CommitEntry]] = {}
+            for commit in sorted(commits, key=lambda c: (c.table, c.version)):
+                by_table.setdefault(commit.table, []).append(commit)
             with self.lock:
                 touched = {uri: self._apply(uri, events) for uri, events in by_table.items()}
                 self._publish_records(self._run_scheduled({u: f for u, f in touched.items() if f is not None}))
@@ -350,7 +346,7 @@ class ReclusterHandler:
             self.history_maintained = now
             self._maintain_history()
 
-    def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[CommitEntry]:
         """Kafka events only name (table, version): read the real commits from the Delta log, from the
         state's version up to the newest version announced. Duplicate, late or out-of-order events are
         harmless; malformed ones are counted, logged and skipped."""
@@ -372,48 +368,38 @@ class ReclusterHandler:
                 continue  # a job serves its configured tables; with none configured it serves every table
             low, high = newest.get(uri, (event["version"], event["version"]))
             newest[uri] = (min(low, event["version"]), max(high, event["version"]))
-        rows: list[dict[str, Any]] = []
+        commits: list[CommitEntry] = []
         for uri, (low, high) in newest.items():
             tracked = self.tracked.get(uri)
             first = tracked.version + 1 if tracked else low
             if high >= first:
-                options = tuple(sorted(self.options(uri).items()))
-                rows.extend(
-                    dict(zip(COMMIT_COLUMNS, r, strict=True))
-                    for r in commit_rows(CommitRange(uri, first, high, options))
-                )
-        return rows
+                commits.extend(read_commits(uri, first, high, self.options(uri)))
+        return commits
 
-    def _apply(self, uri: str, events: list[dict[str, Any]]) -> bool | None:
+    def _apply(self, uri: str, events: list[CommitEntry]) -> bool | None:
         """Apply a table's new commits to its state; True when one of them was not ours, None on error."""
         try:
             tracked = self.tracked.get(uri)
             if tracked is None:
-                tracked = self.tracked[uri] = self._initial_state(uri, events[0]["version"])
-            fresh = [e for e in events if e["version"] > tracked.version]  # older: replayed after a restart
-            foreign = [e for e in fresh if e["producer"] != PRODUCER]
-            _add(tracked.totals, appended=sum(e["bytes_added"] or 0 for e in foreign))
+                tracked = self.tracked[uri] = self._initial_state(uri, events[0].version)
+            fresh = [e for e in events if e.version > tracked.version]  # older: replayed after a restart
+            foreign = [e for e in fresh if e.producer != PRODUCER]
+            _add(tracked.totals, appended=sum(e.bytes_added for e in foreign))
             for event in fresh:
-                if (
-                    event["operation"] == LOG_GAP
-                    or event["metadata_changed"]
-                    or event["version"] != tracked.version + 1
-                ):
-                    if event["operation"] == LOG_GAP:
-                        log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event["version"])
+                if event.is_gap or event.metadata_changed or event.version != tracked.version + 1:
+                    if event.is_gap:
+                        log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event.version)
                     totals = tracked.totals
                     tracked = self.tracked[uri] = self._track(uri, None)
                     tracked.totals = totals
                     break
-                added = blocks_from_log_adds(
-                    json.loads(event["adds"]), tracked.key, tracked.partition_columns, uri, self.options(uri)
-                )
-                tracked.state.apply(added, event["removes"] or [])
-                tracked.version = event["version"]
+                added = blocks_from_log_adds(event.adds, tracked.key, tracked.partition_columns, uri, self.options(uri))
+                tracked.state.apply(added, event.removes)
+                tracked.version = event.version
             return bool(foreign)
         except TableError as error:
             self.tracked.pop(uri, None)
-            status = TableStatus(uri, events[-1]["version"], (), 1.0, error=str(error))
+            status = TableStatus(uri, events[-1].version, (), 1.0, error=str(error))
             self._publish(status)
             log.error("recluster table=%s reason=table_error error=%s", uri, error)
             return None

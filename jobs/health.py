@@ -158,7 +158,7 @@ class JobProbe:
 
 def _newest_logged_version(uri: str, after: int, options: dict[str, str]) -> int:
     """The newest version whose commit file follows `after` without a gap (existence checks only)."""
-    from recluster.storage import commit_file_exists
+    from recluster.delta.storage import commit_file_exists
 
     version = after
     while version - after < LAG_PROBE_LIMIT and commit_file_exists(uri, version + 1, options):

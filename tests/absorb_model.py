@@ -1,5 +1,5 @@
 """A pure model of tables under the `absorb` policy: files hold real keys, a merge sorts and cuts them as
-recluster/merge.py does (at target_rows, where the key changes, and at the task's split values)."""
+recluster/spark/merge.py does (at target_rows, where the key changes, and at the task's split values)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from recluster.blocks import Block, KeyColumn, KeyType, data_file_name, encode_key, key_fingerprint
-from recluster.metrics import clustering_info
-from recluster.selection import MergeTask, Policy, ReclusterPlan, SelectionBounds, select_merge_tasks
+from recluster.core.blocks import Block, data_file_name
+from recluster.core.keys import KeyColumn, KeyType, encode_key, key_fingerprint
+from recluster.core.metrics import clustering_info
+from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, SelectionBounds
 
 KEY = (KeyColumn("k", KeyType.INTEGER),)
 FINGERPRINT = key_fingerprint(["k"])

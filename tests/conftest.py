@@ -30,8 +30,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from recluster.merge import spark_session
     from recluster.settings import SelfOptimizingSettings, SparkSettings
+    from recluster.spark.session import spark_session
 
     session = spark_session(SparkSettings(master="local[2]", shuffle_partitions=2), SelfOptimizingSettings().groups)
     yield session

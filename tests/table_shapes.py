@@ -166,8 +166,8 @@ def _positions(location: str, descriptor: Mapping[str, Any] | None) -> list[int]
     """Deleted positions of a descriptor this module wrote (read back with pyroaring)."""
     if not descriptor:
         return []
-    from recluster.deletion_vectors import DeletionVector
-    from recluster.log_replay import read_deleted_positions
+    from recluster.core.deletion_vectors import DeletionVector
+    from recluster.delta.replay import read_deleted_positions
 
     return [int(p) for p in read_deleted_positions(location, None, DeletionVector.from_log(dict(descriptor)))]
 

@@ -17,19 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recluster import cli
-from recluster.blocks import Block, data_file_name, parse_data_file_name
-from recluster.log_commit import set_table_properties
-from recluster.publish import MetricsRecord
-from recluster.rounds import recluster_table, snapshot_loader
-from recluster.selection import (
-    Policy,
-    Reason,
-    SelectionBounds,
-    decide_absorb,
-    effective_beta,
-    file_age,
-    recover_runs,
-)
+from recluster.core.blocks import Block, data_file_name, parse_data_file_name
+from recluster.core.selection.absorb import decide_absorb, effective_beta, file_age, recover_runs
+from recluster.core.selection.plan import Policy, Reason, SelectionBounds
+from recluster.delta.commit import set_table_properties
+from recluster.engine.publish import MetricsRecord
+from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     POLICY_PROPERTY,
@@ -376,8 +369,8 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
 def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]]:
     """A one-file table and `rewrite(name)`: a rewrite of that file into a copy named `name`, planned at the
     table's first version (as every concurrent rewrite of it would be)."""
-    from recluster.log_commit import commit_rewrite
-    from recluster.table import WrittenFile
+    from recluster.core.blocks import WrittenFile
+    from recluster.delta.commit import commit_rewrite
 
     path = tmp_path / "t"
     data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
@@ -399,7 +392,7 @@ def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]
 def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
     """delta-rs does not see a concurrent remove with dataChange=false as a conflict: two rewrites of one file,
     both anchored to the version before either, would both commit and duplicate its rows. The second must fail."""
-    from recluster.table import CommitConflict
+    from recluster.delta.commit import CommitConflict
 
     path, data, rewrite = one_file_table(tmp_path)
     rewrite("a")
@@ -430,8 +423,8 @@ def test_two_rewrites_racing_past_the_check_cannot_both_commit(tmp_path: Path, m
     """The log check alone leaves a window: another rewrite commits between our check and our commit. Our commit
     creates exactly the version after the last one checked, only if absent: the other rewrite took it, so ours
     checks that commit, finds its input removed and gives up. Holds for another tool's compaction too."""
-    import recluster.log_commit as commit_module
-    from recluster.table import CommitConflict
+    import recluster.delta.commit as commit_module
+    from recluster.delta.commit import CommitConflict
 
     path, data, rewrite = one_file_table(tmp_path)
     real_check = commit_module.rewrite_conflict

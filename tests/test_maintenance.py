@@ -10,10 +10,10 @@ import sys
 import pytest
 from deltalake import DeltaTable
 
-from recluster.blocks import data_file_name, parse_data_file_name
-from recluster.maintenance import clean_orphans, find_orphans
-from recluster.rounds import snapshot_loader, write_task
-from recluster.selection import select_merge_tasks
+from recluster.core.blocks import data_file_name, parse_data_file_name
+from recluster.core.selection import select_merge_tasks
+from recluster.delta.maintenance import clean_orphans, find_orphans
+from recluster.engine.rounds import snapshot_loader, write_task
 from tests.helpers import row_multiset
 from tests.test_rounds import SETTINGS, _bounds, random_batches, run
 
@@ -70,7 +70,7 @@ def test_crash_between_write_and_commit_leaves_only_cleanable_orphans(tmp_path, 
 
 
 def test_clean_refuses_a_path_that_is_not_a_table(tmp_path):
-    from recluster.table import TableError
+    from recluster.core.errors import TableError
 
     with pytest.raises(TableError):
         find_orphans(str(tmp_path))

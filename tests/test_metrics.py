@@ -1,4 +1,4 @@
-"""Clustering metrics (recluster/metrics.py) against a brute-force oracle written from DESIGN §4.
+"""Clustering metrics (recluster/core/metrics.py) against a brute-force oracle written from DESIGN §4.
 
 The oracle works on plain Python values (ints, or (int | None, str | None) tuples with NULL first and
 strings by UTF-8 bytes), never on encoded bytes, and is O(n^2): for every block it counts directly.
@@ -20,8 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from recluster.blocks import LEVEL_CONSTANT, Block, KeyColumn, KeyType, encode_key
-from recluster.metrics import (
+from recluster.core.blocks import LEVEL_CONSTANT, Block
+from recluster.core.keys import KeyColumn, KeyType, encode_key
+from recluster.core.metrics import (
     ClusteringInfo,
     ClusteringState,
     bucket_label,

@@ -1,4 +1,4 @@
-"""Self-optimizing logic (recluster/optimizing.py), pure: properties, triggers, plans, history, scheduling."""
+"""Self-optimizing logic (recluster/core/optimizing.py), pure: properties, triggers, plans, history, scheduling."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recluster.blocks import LEVEL_APPENDED, Block, KeyColumn, KeyType, encode_key
-from recluster.deletion_vectors import DeletionVector
-from recluster.history import records_from_arrow, records_to_arrow
-from recluster.optimizing import (
+from recluster.core.blocks import LEVEL_APPENDED, Block
+from recluster.core.deletion_vectors import DeletionVector
+from recluster.core.keys import KeyColumn, KeyType, encode_key
+from recluster.core.optimizing import (
     Candidate,
     OptimizingConfig,
     PendingWork,
@@ -27,7 +27,8 @@ from recluster.optimizing import (
     table_health,
     table_history,
 )
-from recluster.selection import Reason, SelectionBounds
+from recluster.core.selection.plan import Reason, SelectionBounds
+from recluster.delta.history import records_from_arrow, records_to_arrow
 from recluster.settings import OptimizerGroup, SelfOptimizingSettings, SettingsError
 
 KEY = (KeyColumn("k", KeyType.INTEGER),)
@@ -307,7 +308,7 @@ def test_groups_are_interleaved():
 
 
 def test_fair_scheduler_pools_file_names_every_group(tmp_path):
-    from recluster.merge import fair_scheduler_pools
+    from recluster.spark.session import fair_scheduler_pools
 
     path = fair_scheduler_pools({"etl": OptimizerGroup(cores=3), "a&b": OptimizerGroup()})
     text = Path(path).read_text(encoding="utf-8")
@@ -321,7 +322,7 @@ def test_config_is_immutable():
 
 
 def test_history_pruning_keeps_what_summaries_need():
-    from recluster.history import prune
+    from recluster.delta.history import prune
 
     now = 100_000.0
     old = ProcessRecord("old", "t", ProcessType.MINOR, "g", 10.0)

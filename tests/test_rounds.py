@@ -10,11 +10,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.blocks import parse_data_file_name
-from recluster.commit import CommitStatus, commit_task
-from recluster.log_commit import set_table_properties
-from recluster.rounds import recluster_table, snapshot_loader, write_task
-from recluster.selection import select_merge_tasks
+from recluster.core.blocks import parse_data_file_name
+from recluster.core.selection import select_merge_tasks
+from recluster.delta.commit import CommitStatus, commit_task, set_table_properties
+from recluster.engine.rounds import recluster_table, snapshot_loader, write_task
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings
 from tests.helpers import row_multiset
 
@@ -156,7 +155,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
 
 
 def _bounds(snapshot):
-    from recluster.rounds import selection_bounds
+    from recluster.engine.rounds import selection_bounds
 
     return selection_bounds(SETTINGS, snapshot, None)
 
@@ -250,7 +249,7 @@ def test_where_limits_candidates_by_stats(tmp_path, spark):
     for start in (0, 1_000, 2_000):  # three overlapping pairs in disjoint key ranges
         for _ in range(2):
             append(table, pa.table({"k": pa.array(range(start, start + 500), pa.int64())}))
-    from recluster.sql import parse_predicate
+    from recluster.core.sql import parse_predicate
 
     snapshot = snapshot_loader(str(table), SETTINGS, None)()
     predicate = parse_predicate("k >= 1000 AND k < 1500", snapshot.key, snapshot.partition_columns)
@@ -261,8 +260,8 @@ def test_where_limits_candidates_by_stats(tmp_path, spark):
 
 
 def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
-    from recluster.api import read_snapshot
-    from recluster.table import TableError
+    from recluster.core.errors import TableError
+    from recluster.engine.api import read_snapshot
 
     append_only = tmp_path / "append_only"
     write_deltalake(str(append_only), pa.table({"k": [3, 1]}), configuration={"delta.appendOnly": "true"})

@@ -25,14 +25,15 @@ from botocore.exceptions import EndpointConnectionError
 from deltalake import DeltaTable, write_deltalake
 
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.api import table_info
-from recluster.blocks import parse_data_file_name
-from recluster.commit import CommitStatus, commit_task
-from recluster.log_commit import set_table_properties
-from recluster.maintenance import clean_orphans, find_orphans, maintain_table
-from recluster.merge import spark_reads_natively
-from recluster.rounds import recluster_table, selection_bounds, snapshot_loader, write_task
-from recluster.selection import select_merge_tasks
+from recluster.core.blocks import parse_data_file_name
+from recluster.core.errors import TableError
+from recluster.core.selection import select_merge_tasks
+from recluster.delta.commit import CommitStatus, commit_task, set_table_properties
+from recluster.delta.log import LOG_GAP, read_commits
+from recluster.delta.maintenance import clean_orphans, find_orphans, maintain_table
+from recluster.delta.storage import last_checkpoint_version
+from recluster.engine.api import table_info
+from recluster.engine.rounds import recluster_table, selection_bounds, snapshot_loader, write_task
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -44,10 +45,9 @@ from recluster.settings import (
     TableSettings,
     load_settings,
 )
-from recluster.storage import last_checkpoint_version
-from recluster.table import TableError
+from recluster.spark.merge import spark_reads_natively
 from tests.helpers import row_multiset
-from triggers.delta_log import LOG_GAP, CommitRange, commit_rows, newest_version
+from triggers.delta_log import newest_version
 
 REGION = "us-east-1"
 SECRET_MARKER = "never-print-me"
@@ -378,8 +378,12 @@ def test_delta_log_polling_never_lists(s3):
     for lost in range(version + 2):
         s3.client().delete_object(Bucket=s3.bucket, Key=f"{prefix}/_delta_log/{lost:020d}.json")
     assert newest_version(uri, version, 1000, options) == version + 3
-    rows = list(commit_rows(CommitRange(uri, version + 1, version + 3, tuple(sorted(options.items())))))
-    assert [(r[1], r[3]) for r in rows] == [(version + 1, LOG_GAP), (version + 2, "WRITE"), (version + 3, "WRITE")]
+    commits = list(read_commits(uri, version + 1, version + 3, options))
+    assert [(c.version, c.operation) for c in commits] == [
+        (version + 1, LOG_GAP),
+        (version + 2, "WRITE"),
+        (version + 3, "WRITE"),
+    ]
     before = len(s3.requests())
     assert newest_version(uri, version + 3, 1000, options) == version + 3  # idle again: still no listing
     assert not any("list-type" in r for r in s3.requests()[before:])
@@ -497,7 +501,7 @@ def test_storage_secrets_are_never_printed():
     ],
 )
 def test_commit_safety_by_store_and_options(monkeypatch, uri, options, environment, safe):
-    from recluster.table import commit_safety_problem
+    from recluster.delta.storage import commit_safety_problem
 
     for name in ("AWS_CONDITIONAL_PUT", "AWS_S3_LOCKING_PROVIDER"):
         monkeypatch.delenv(name, raising=False)

@@ -1,4 +1,4 @@
-"""Selection (recluster/selection.py) against a brute-force oracle written from DESIGN §4/§5.
+"""Selection (recluster/core/selection/) against a brute-force oracle written from DESIGN §4/§5.
 
 Blocks are generated as plain integer ranges (`Spec`); the oracle reads those ints, O(n^2), never the
 encoded keys. The code under test reads `Block`s built the way `table.blocks_from_actions` builds them
@@ -15,26 +15,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from recluster.blocks import (
-    LEVEL_CONSTANT,
-    MAX_LEVEL,
-    Block,
-    KeyColumn,
-    KeyType,
-    Partition,
-    encode_key,
-    encode_partition,
-    key_fingerprint,
-)
-from recluster.deletion_vectors import DeletionVector
-from recluster.selection import (
-    MergeTask,
-    Reason,
-    ReclusterPlan,
-    SelectionBounds,
-    level_threshold,
-    select_merge_tasks,
-)
+from recluster.core.blocks import LEVEL_CONSTANT, MAX_LEVEL, Block, Partition
+from recluster.core.deletion_vectors import DeletionVector
+from recluster.core.keys import KeyColumn, KeyType, encode_key, encode_partition, key_fingerprint
+from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import MergeTask, Reason, ReclusterPlan, SelectionBounds, level_threshold
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIGHT = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

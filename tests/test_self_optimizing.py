@@ -11,14 +11,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.api import read_snapshot
 from recluster.cli import main
-from recluster.commit import PRODUCER, PRODUCER_KEY
-from recluster.history import records_from_arrow
-from recluster.log_commit import set_table_properties
-from recluster.maintenance import maintain_table
-from recluster.metrics import clustering_info
-from recluster.optimizing import ProcessStatus, ProcessType
+from recluster.core.metrics import clustering_info
+from recluster.core.optimizing import ProcessStatus, ProcessType
+from recluster.delta.commit import PRODUCER, PRODUCER_KEY, set_table_properties
+from recluster.delta.history import records_from_arrow
+from recluster.delta.maintenance import maintain_table
+from recluster.engine.api import read_snapshot
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from recluster.blocks import Block, KeyColumn, KeyType, encode_key
-from recluster.sql import ClusterByStatement, ReclusterStatement, SqlError, parse_predicate, parse_statement
-from recluster.table import ClusterKey
+from recluster.core.blocks import Block
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_key
+from recluster.core.sql import ClusterByStatement, ReclusterStatement, SqlError, parse_predicate, parse_statement
 
 KEY = ClusterKey((KeyColumn("k", KeyType.INTEGER), KeyColumn("s", KeyType.STRING)))
 TS_KEY = ClusterKey((KeyColumn("ts", KeyType.TIMESTAMP),))

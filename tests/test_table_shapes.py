@@ -16,14 +16,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-import recluster.log_commit as log_commit
-from recluster.api import table_info
+import recluster.delta.commit as log_commit
 from recluster.cli import main
-from recluster.log_commit import set_table_properties
-from recluster.log_replay import replay_log
-from recluster.optimizer import optimize_table
-from recluster.optimizing import ProcessType
-from recluster.rounds import recluster_table, snapshot_loader
+from recluster.core.optimizing import ProcessType
+from recluster.delta.commit import set_table_properties
+from recluster.delta.replay import replay_log
+from recluster.engine.api import table_info
+from recluster.engine.optimizer import optimize_table
+from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
 from tests.table_shapes import (
     add_deletion_vector,
@@ -167,7 +167,7 @@ def test_a_delete_adding_a_vector_to_an_input_during_a_rewrite_wins(
             add_deletion_vector(str(path), victim, [0, 1, 2, 3, 4])
 
     if point == "before-merge":
-        import recluster.rounds as rounds
+        import recluster.engine.rounds as rounds
 
         real_write = rounds.write_task
 
@@ -265,8 +265,8 @@ def test_unsupported_writer_features_are_refused_in_one_line(
 def test_our_vector_decoding_matches_delta_rs_and_the_fixture_matches_duckdb(dv_source: Path) -> None:
     """The fixture is read identically by delta-rs and DuckDB, and recluster's own decoder (inline and file vectors,
     one under a prefix, each file holding a decoy vector before it) keeps exactly delta-rs's rows."""
-    from recluster.deletion_vectors import keep_mask
-    from recluster.log_replay import read_deleted_positions
+    from recluster.core.deletion_vectors import keep_mask
+    from recluster.delta.replay import read_deleted_positions
 
     expected = rows_digest(read_with_delta_rs(str(dv_source)))
     assert rows_digest(read_with_duckdb(str(dv_source))) == expected

@@ -25,19 +25,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from recluster.storage import commit_file_exists, last_checkpoint_version, normalize_uri, read_log_actions
+from recluster.delta.log import SCHEMA, read_commits
+from recluster.delta.storage import commit_file_exists, last_checkpoint_version, normalize_uri
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "recluster-delta-log"
-LOG_GAP = "LOG_GAP"
-"""Operation of the row emitted when commits were cleaned from the log before they were read."""
-
-SCHEMA = (
-    "table string, version long, timestamp long, operation string, producer string, "
-    "files_added int, files_removed int, bytes_added long, adds string, removes array<string>, "
-    "metadata_changed boolean"
-)
 
 
 def newest_version(table_uri: str, after: int, limit: int, options: Mapping[str, str]) -> int:
@@ -79,29 +72,9 @@ class CommitRange(InputPartition):
 
 
 def commit_rows(part: CommitRange) -> Iterator[tuple[Any, ...]]:
-    """Rows for the commits of one range, read from the JSON log files (stateless, runs on executors)."""
-    for version in range(part.first, part.last + 1):
-        try:
-            actions = read_log_actions(part.table, version, dict(part.options))
-        except (FileNotFoundError, OSError):
-            yield (part.table, version, None, LOG_GAP, None, 0, 0, 0, "[]", [], True)
-            continue
-        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        adds = [a["add"] for a in actions if "add" in a]
-        removes = [a["remove"]["path"] for a in actions if "remove" in a]
-        yield (
-            part.table,
-            version,
-            info.get("timestamp"),
-            info.get("operation", "UNKNOWN"),
-            info.get("recluster.producer"),
-            len(adds),
-            len(removes),
-            sum(int(a.get("size", 0)) for a in adds),
-            json.dumps(adds),
-            removes,
-            any("metaData" in a or "protocol" in a for a in actions),
-        )
+    """Rows (`recluster.delta.log.SCHEMA`) for the commits of one range: stateless, runs on executors."""
+    for entry in read_commits(part.table, part.first, part.last, dict(part.options)):
+        yield entry.row()
 
 
 class DeltaLogStreamReader(DataSourceStreamReader):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from recluster.rounds import ReclusterResult, recluster_table, snapshot_loader
+from recluster.engine.rounds import ReclusterResult, recluster_table, snapshot_loader
 from recluster.settings import Settings
 from tests.helpers import row_multiset
 

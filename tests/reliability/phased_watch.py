@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import recluster.rounds
+import recluster.engine.rounds
 from recluster.cli import main
 
 MARKERS = Path(os.environ["RECLUSTER_TEST_MARKERS"])
@@ -39,8 +39,8 @@ def _marked(phase_before: str, phase_after: str | None, function: Any) -> Any:
     return wrapper
 
 
-recluster.rounds.write_task = _marked("merge", None, recluster.rounds.write_task)
-recluster.rounds.commit_task = _marked("before_commit", "after_commit", recluster.rounds.commit_task)
+recluster.engine.rounds.write_task = _marked("merge", None, recluster.engine.rounds.write_task)
+recluster.engine.rounds.commit_task = _marked("before_commit", "after_commit", recluster.engine.rounds.commit_task)
 
 if __name__ == "__main__":
     sys.exit(main(["watch", *sys.argv[1:]]))

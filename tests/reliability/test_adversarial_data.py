@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.log_commit import set_table_properties
-from recluster.maintenance import clean_orphans
+from recluster.delta.commit import set_table_properties
+from recluster.delta.maintenance import clean_orphans
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
 from tests.reliability.checks import assert_intact, run_final
 

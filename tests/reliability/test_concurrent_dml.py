@@ -17,10 +17,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-import recluster.rounds
+import recluster.engine.rounds
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.commit import CommitStatus
-from recluster.log_commit import set_table_properties
+from recluster.delta.commit import CommitStatus, set_table_properties
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -119,7 +118,7 @@ CONFLICTS = {
 
 def inject_before_commit(monkeypatch: pytest.MonkeyPatch, changes: list[Callable[[], None]]) -> list[CommitStatus]:
     """Apply the next pending change between each merge's write and its commit; returns the commit outcomes."""
-    real_commit = recluster.rounds.commit_task
+    real_commit = recluster.engine.rounds.commit_task
     lock = threading.Lock()
     statuses: list[CommitStatus] = []
 
@@ -133,7 +132,7 @@ def inject_before_commit(monkeypatch: pytest.MonkeyPatch, changes: list[Callable
                 statuses.append(outcome.status)
             return outcome
 
-    monkeypatch.setattr(recluster.rounds, "commit_task", commit_after_change)
+    monkeypatch.setattr(recluster.engine.rounds, "commit_task", commit_after_change)
     return statuses
 
 

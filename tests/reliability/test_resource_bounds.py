@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
 
-from recluster.log_commit import set_table_properties
+from recluster.delta.commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
 from tests.reliability.checks import assert_intact, run_final
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recluster.metrics import ClusteringInfo, ClusteringMetrics
+from recluster.core.metrics import ClusteringInfo, ClusteringMetrics
 from recluster.settings import KafkaSettings
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,13 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from recluster.api import TableInfo, table_info
-from recluster.k8s import prepare_event_log_dir, with_kubernetes
-from recluster.metrics import ClusteringMetrics
-from recluster.rounds import ReclusterResult
+from recluster.core.errors import TableError
+from recluster.core.keys import parse_columns
+from recluster.core.metrics import ClusteringMetrics
+from recluster.core.sql import SqlError
+from recluster.engine.api import TableInfo, table_info
+from recluster.engine.k8s import prepare_event_log_dir, with_kubernetes
+from recluster.engine.rounds import ReclusterResult
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     Settings,
@@ -26,8 +29,6 @@ from recluster.settings import (
     describe_validation_error,
     load_settings,
 )
-from recluster.sql import SqlError
-from recluster.table import TableError, parse_columns
 
 if TYPE_CHECKING:
     from jobs.health import HealthServer
@@ -147,9 +148,9 @@ def _recluster(
     policy: str | None = None,
     beta: float | None = None,
 ) -> int:
-    from recluster.merge import spark_session
-    from recluster.rounds import recluster_table, snapshot_loader
-    from recluster.sql import parse_predicate
+    from recluster.core.sql import parse_predicate
+    from recluster.engine.rounds import recluster_table, snapshot_loader
+    from recluster.spark.session import spark_session
 
     if limit is not None and limit < 1:
         raise UsageError("--limit must be a positive number of files")
@@ -206,10 +207,12 @@ def render_result(result: ReclusterResult, out: Console) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from recluster.api import storage_options_for
-    from recluster.log_commit import set_table_properties
-    from recluster.sql import ClusterByStatement, parse_statement
-    from recluster.table import format_columns, open_table, require_safe_commits, resolve_cluster_key
+    from recluster.core.keys import format_columns
+    from recluster.core.sql import ClusterByStatement, parse_statement
+    from recluster.delta.commit import set_table_properties
+    from recluster.delta.snapshot import open_table, resolve_cluster_key
+    from recluster.delta.storage import require_safe_commits
+    from recluster.engine.api import storage_options_for
 
     statement = parse_statement(args.statement)
     settings = _settings(args)
@@ -258,7 +261,7 @@ def parse_table_spec(spec: str) -> TableSettings:
 def _merge_tables(configured: Sequence[TableSettings], given: Sequence[TableSettings]) -> list[TableSettings]:
     """The config file's tables plus `--table` ones; a `--table` naming a configured table keeps that table's
     storage options and sets only its key (when given)."""
-    from recluster.storage import normalize_uri
+    from recluster.delta.storage import normalize_uri
 
     merged = {normalize_uri(t.uri): t for t in configured}
     for table in given:
@@ -362,7 +365,7 @@ def _start_http(settings: Settings) -> HealthServer | None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from jobs.autorecluster import check_checkpoint_location, start_job
-    from recluster.merge import spark_session
+    from recluster.spark.session import spark_session
 
     settings = _stream_settings(args)
     if not settings.tables and settings.stream.source != "kafka":
@@ -394,10 +397,11 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
     """Tail Delta logs and publish one commit event per new version, for writers that cannot."""
     import threading
 
-    from recluster.api import storage_options_for
-    from recluster.publish import BufferedPublisher, commit_event_json
-    from recluster.storage import normalize_uri
-    from triggers.delta_log import CommitRange, commit_rows, newest_version, table_version
+    from recluster.delta.log import read_commits
+    from recluster.delta.storage import normalize_uri
+    from recluster.engine.api import storage_options_for
+    from recluster.engine.publish import BufferedPublisher, commit_event_json
+    from triggers.delta_log import newest_version, table_version
 
     settings = _settings(args)
     kafka = _updated(settings.kafka, {"bootstrap_servers": args.bootstrap_servers} if args.bootstrap_servers else {})
@@ -415,13 +419,12 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
             newest = newest_version(table, positions[table], 1000, options[table])
             if newest <= positions[table]:
                 continue
-            table_options = tuple(sorted(options[table].items()))
-            commits = commit_rows(CommitRange(table, positions[table] + 1, newest, table_options))
-            events = [(table, commit_event_json(table, c[1], c[3], c[2])) for c in commits]
+            commits = read_commits(table, positions[table] + 1, newest, options[table])
+            events = [(table, commit_event_json(table, c.version, c.operation, c.timestamp)) for c in commits]
             publisher.publish(events)
             published[0] += len(events)
             positions[table] = newest
-            logging.getLogger("recluster.publish").info("published table=%s versions<=%d", table, newest)
+            logging.getLogger("recluster.engine.publish").info("published table=%s versions<=%d", table, newest)
 
     _serve(stop, args.seconds, args.interval, tick)
     publisher.close()
@@ -459,7 +462,7 @@ def cmd_metrics_tail(args: argparse.Namespace) -> int:
     from kafka import TopicPartition
     from rich.live import Live
 
-    from recluster.publish import MetricsRecord
+    from recluster.engine.publish import MetricsRecord
     from triggers.kafka_commits import consumer
 
     settings = _settings(args)
@@ -528,9 +531,9 @@ def render_metrics(latest: Mapping[str, Any]) -> Table:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    """Delete the outputs of rewrites that never committed (see recluster/maintenance.py for the rules)."""
-    from recluster.api import storage_options_for
-    from recluster.maintenance import clean_orphans
+    """Delete the outputs of rewrites that never committed (see recluster/delta/maintenance.py for the rules)."""
+    from recluster.delta.maintenance import clean_orphans
+    from recluster.engine.api import storage_options_for
 
     if args.safety_age_hours < 0:
         raise UsageError("--safety-age-hours must not be negative")
@@ -557,10 +560,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Self-optimize a table now: the given type, or whatever its triggers say is due."""
-    from recluster.merge import spark_session
-    from recluster.optimizer import history_store, optimize_table
-    from recluster.optimizing import ProcessType
-    from recluster.rounds import snapshot_loader
+    from recluster.core.optimizing import ProcessType
+    from recluster.engine.optimizer import history_store, optimize_table
+    from recluster.engine.rounds import snapshot_loader
+    from recluster.spark.session import spark_session
 
     settings = _settings(args)
     loader = snapshot_loader(args.table, settings, parse_columns(args.cluster_by) if args.cluster_by else None)
@@ -591,8 +594,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Per table: state, pending work, group, quota and occupation, last process times, health."""
-    from recluster.api import read_snapshot
-    from recluster.optimizer import history_store, table_status
+    from recluster.engine.api import read_snapshot
+    from recluster.engine.optimizer import history_store, table_status
 
     settings = _settings(args)
     uris = args.table or [t.uri for t in settings.tables]
@@ -640,8 +643,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_maintain(args: argparse.Namespace) -> int:
     """Vacuum, checkpoint, log cleanup and orphan cleanup of one table now (the job does it on a schedule)."""
-    from recluster.api import storage_options_for
-    from recluster.maintenance import maintain_table
+    from recluster.delta.maintenance import maintain_table
+    from recluster.engine.api import storage_options_for
 
     settings = _settings(args)
     result = maintain_table(
@@ -664,7 +667,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics_schema(args: argparse.Namespace) -> int:
-    from recluster.publish import MetricsRecord
+    from recluster.engine.publish import MetricsRecord
 
     print_json(MetricsRecord.model_json_schema())
     return 0
@@ -696,8 +699,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from jobs.autorecluster import start_job
-    from recluster.demo import append_demo_batch
-    from recluster.merge import spark_session
+    from recluster.engine.demo import append_demo_batch
+    from recluster.spark.session import spark_session
 
     if args.rows < 1 or args.target_rows < 1 or args.seconds <= 0 or args.interval <= 0:
         raise UsageError("--rows and --target-rows must be positive numbers, --seconds and --interval above 0")

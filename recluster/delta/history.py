@@ -1,6 +1,6 @@
 """The optimizing history: a real Delta table, one row when a process starts and one when it ends.
 
-Quota occupation and "since last minor/major/full" times are computed from it (recluster/optimizing.py),
+Quota occupation and "since last minor/major/full" times are computed from it (recluster/core/optimizing.py),
 so they survive restarts; anyone can query it with Spark or delta-rs.
 """
 
@@ -13,9 +13,44 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from recluster.optimizing import ProcessRecord, ProcessStatus, ProcessType
-from recluster.table import append_rows, read_rows
+from recluster.core.errors import TableError, first_line
+from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
+from recluster.delta.storage import normalize_uri
+
+
+def append_rows(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None) -> None:
+    """Append rows to a Delta table, creating it on first use (the optimizing history)."""
+    from deltalake import write_deltalake
+
+    try:
+        write_deltalake(normalize_uri(location), rows, mode="append", storage_options=dict(storage_options or {}))
+    except (DeltaError, OSError) as error:
+        raise TableError(f"cannot append to {location}: {first_line(error)}") from None
+
+
+def read_rows(location: str, storage_options: Mapping[str, str] | None) -> pa.Table | None:
+    """All rows of a Delta table; None when there is no table at `location` yet."""
+    try:
+        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return None
+    return pa.table(table.to_pyarrow_table())
+
+
+def compact_small_files(location: str, storage_options: Mapping[str, str] | None) -> int:
+    """Bin-pack a table's small files (delta-rs optimize; for our own history table, which has no key).
+    Returns the number of files removed."""
+    try:
+        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
+        return int(table.optimize.compact().get("numFilesRemoved", 0))
+    except TableNotFoundError:
+        return 0
+    except DeltaError as error:
+        raise TableError(f"cannot compact {location}: {first_line(error)}") from None
+
 
 HISTORY_SCHEMA = pa.schema(
     [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,73 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
+
+from recluster.core.errors import TableError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+_SERVICE_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
+
+
+_CONNECT_ERRORS = ("Connection refused", "dns error", "tcp connect error", "timed out")
+
+
+def describe_storage_error(error: BaseException) -> str:
+    """One line for an object-store error: the store's own code and message (NoSuchBucket,
+    SignatureDoesNotMatch, AccessDenied ...) or the connection problem, not the first line of a chain of
+    wrapped errors ("Generic S3 error"). Carries no credentials: delta-rs errors never contain them."""
+    text = _ANSI.sub("", str(error))
+    service = _SERVICE_ERROR.search(text)
+    if service:
+        return f"{service.group(2).strip().rstrip('.')} ({service.group(1)})"
+    reason = next((r for r in _CONNECT_ERRORS if r in text), None)
+    if reason:
+        url = re.search(r"https?://[^/\s]+", text)
+        return f"cannot reach the storage endpoint{' ' + url.group(0) if url else ''} ({reason})"
+    return (text.strip().splitlines() or [type(error).__name__])[0]
+
+
+def _option(options: Mapping[str, str], *names: str, environment: bool = False) -> str:
+    """A delta-rs storage option by any of its names (case-insensitive); with `environment`, else the
+    environment variable delta-rs documents for it. Empty when unset."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    found = next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
+    if found is None and environment:
+        found = next((os.environ[n.upper()] for n in names if n.upper() in os.environ), None)
+    return (found or "").strip().lower()
+
+
+def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+    """Why concurrent commits to this table would be unsafe, or None when they are safe.
+
+    A Delta commit is "create version N if absent". S3 offers that only as a conditional PUT
+    (`conditional_put=etag`) or through a DynamoDB lock (`AWS_S3_LOCKING_PROVIDER=dynamodb`); without either,
+    delta-rs commits with a plain PUT and two writers of the same version silently overwrite each other.
+    GCS, Azure and local filesystems have an atomic put-if-absent of their own.
+    """
+    if urlparse(table_uri).scheme.lower() not in ("s3", "s3a"):
+        return None
+    options = storage_options or {}
+    # Only what is certain to reach delta-rs counts: conditional_put as a storage option, the lock provider
+    # also from its documented environment variable.
+    conditional = _option(options, "conditional_put", "aws_conditional_put")
+    locking = _option(options, "aws_s3_locking_provider", environment=True)
+    if conditional not in ("", "disabled") or locking == "dynamodb":
+        return None
+    return (
+        f"refusing to commit to {table_uri}: S3 without conditional puts or a lock lets concurrent writers "
+        f"overwrite each other's commits; set the storage option conditional_put=etag (AWS S3 and most "
+        f"S3-compatible stores) or AWS_S3_LOCKING_PROVIDER=dynamodb, or commit.allow_unsafe_single_writer=true "
+        f"if nothing else ever writes to this table"
+    )
+
+
+def require_safe_commits(table_uri: str, storage_options: Mapping[str, str] | None, allow_unsafe: bool) -> None:
+    """Raise a TableError unless commits to the table are safe or the user opted into unsafe single-writer mode."""
+    problem = commit_safety_problem(table_uri, storage_options)
+    if problem and not allow_unsafe:
+        raise TableError(problem)
 
 
 def normalize_uri(uri: str) -> str:
@@ -159,6 +227,6 @@ def put_if_absent(table_uri: str, relative: str, data: bytes, storage_options: M
         finally:
             os.remove(temporary)
         return True
-    from recluster.object_store import put_new_object
+    from recluster.delta.object_store import put_new_object
 
     return put_new_object(table_uri, relative, data, storage_options)

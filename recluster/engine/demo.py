@@ -9,9 +9,9 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from deltalake.exceptions import DeltaError
 
-from recluster.log_commit import set_table_properties
+from recluster.core.errors import TableError, first_line
+from recluster.delta.commit import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.table import TableError, _first_line
 
 DEMO_KEY = "event_id"
 
@@ -35,6 +35,6 @@ def append_demo_batch(location: str | Path, rng: np.random.Generator, rows: int,
     try:
         write_deltalake(str(location), demo_batch(rng, rows, batch), mode="append")
     except (DeltaError, OSError) as error:
-        raise TableError(f"cannot write the demo table {location}: {_first_line(error)}") from None
+        raise TableError(f"cannot write the demo table {location}: {first_line(error)}") from None
     if create:
         set_table_properties(location, {CLUSTER_BY_PROPERTY: DEMO_KEY})

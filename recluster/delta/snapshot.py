@@ -1,7 +1,8 @@
-"""All Delta access, through delta-rs (`deltalake`): open, snapshot -> blocks, commit a rewrite.
+"""A Delta table as the engine sees it, through delta-rs (`deltalake`): open, refuse what cannot be
+rewritten, resolve the key, snapshot -> blocks.
 
-Stats come from the Delta log; for a key column the log has no usable stats for, the Parquet footer is
-read once and cached (data files are immutable, so the cache never goes stale).
+Stats come from the Delta log; for a key column the log has no usable stats for, the Parquet footer is read once
+and cached (data files are immutable, so the cache never goes stale). Deletion vectors come from the log itself.
 """
 
 from __future__ import annotations
@@ -10,41 +11,41 @@ import datetime as dt
 import decimal
 import json
 import logging
-import math
-import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from recluster.blocks import (
-    Block,
+from recluster.core.blocks import Block, Partition, parse_data_file_name
+from recluster.core.deletion_vectors import DeletionVector
+from recluster.core.errors import TableError
+from recluster.core.keys import (
+    ClusterKey,
     KeyColumn,
     KeyType,
-    Partition,
     encode_key,
     encode_partition,
-    key_fingerprint,
-    parse_data_file_name,
+    key_column,
+    parse_columns,
 )
-from recluster.deletion_vectors import DeletionVector
-from recluster.settings import CLUSTER_BY_PROPERTY
-from recluster.storage import (
+from recluster.delta.storage import (
+    describe_storage_error,
     file_location,
     normalize_uri,
-    remove_stored_files,
     table_filesystem,
 )
+from recluster.settings import CLUSTER_BY_PROPERTY
 
 log = logging.getLogger(__name__)
 
+
 SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "deletionVectors", "v2Checkpoint", "vacuumProtocolCheck"})
+
+
 SUPPORTED_WRITER_FEATURES = frozenset(
     {
         "appendOnly",
@@ -68,14 +69,6 @@ rowTracking (outputs would need the inputs' row ids), icebergCompat* (Iceberg me
 clustering (Delta liquid clustering owns the layout), typeWidening (files of an older type), and any newer one."""
 
 
-class TableError(Exception):
-    """A table problem the user must fix (not a Delta table, bad key, unsupported feature): one line."""
-
-
-class CommitConflict(Exception):
-    """A concurrent transaction changed files this rewrite read: nothing was committed."""
-
-
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
     location = normalize_uri(uri)
     try:
@@ -86,146 +79,8 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
         raise TableError(f"cannot open Delta table {uri}: {describe_storage_error(error)}") from None
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_SERVICE_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
-_CONNECT_ERRORS = ("Connection refused", "dns error", "tcp connect error", "timed out")
-
-
-def describe_storage_error(error: BaseException) -> str:
-    """One line for an object-store error: the store's own code and message (NoSuchBucket,
-    SignatureDoesNotMatch, AccessDenied ...) or the connection problem, not the first line of a chain of
-    wrapped errors ("Generic S3 error"). Carries no credentials: delta-rs errors never contain them."""
-    text = _ANSI.sub("", str(error))
-    service = _SERVICE_ERROR.search(text)
-    if service:
-        return f"{service.group(2).strip().rstrip('.')} ({service.group(1)})"
-    reason = next((r for r in _CONNECT_ERRORS if r in text), None)
-    if reason:
-        url = re.search(r"https?://[^/\s]+", text)
-        return f"cannot reach the storage endpoint{' ' + url.group(0) if url else ''} ({reason})"
-    return (text.strip().splitlines() or [type(error).__name__])[0]
-
-
-def _option(options: Mapping[str, str], *names: str, environment: bool = False) -> str:
-    """A delta-rs storage option by any of its names (case-insensitive); with `environment`, else the
-    environment variable delta-rs documents for it. Empty when unset."""
-    lowered = {k.lower(): v for k, v in options.items()}
-    found = next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
-    if found is None and environment:
-        found = next((os.environ[n.upper()] for n in names if n.upper() in os.environ), None)
-    return (found or "").strip().lower()
-
-
-def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | None) -> str | None:
-    """Why concurrent commits to this table would be unsafe, or None when they are safe.
-
-    A Delta commit is "create version N if absent". S3 offers that only as a conditional PUT
-    (`conditional_put=etag`) or through a DynamoDB lock (`AWS_S3_LOCKING_PROVIDER=dynamodb`); without either,
-    delta-rs commits with a plain PUT and two writers of the same version silently overwrite each other.
-    GCS, Azure and local filesystems have an atomic put-if-absent of their own.
-    """
-    if urlparse(table_uri).scheme.lower() not in ("s3", "s3a"):
-        return None
-    options = storage_options or {}
-    # Only what is certain to reach delta-rs counts: conditional_put as a storage option, the lock provider
-    # also from its documented environment variable.
-    conditional = _option(options, "conditional_put", "aws_conditional_put")
-    locking = _option(options, "aws_s3_locking_provider", environment=True)
-    if conditional not in ("", "disabled") or locking == "dynamodb":
-        return None
-    return (
-        f"refusing to commit to {table_uri}: S3 without conditional puts or a lock lets concurrent writers "
-        f"overwrite each other's commits; set the storage option conditional_put=etag (AWS S3 and most "
-        f"S3-compatible stores) or AWS_S3_LOCKING_PROVIDER=dynamodb, or commit.allow_unsafe_single_writer=true "
-        f"if nothing else ever writes to this table"
-    )
-
-
-def require_safe_commits(table_uri: str, storage_options: Mapping[str, str] | None, allow_unsafe: bool) -> None:
-    """Raise a TableError unless commits to the table are safe or the user opted into unsafe single-writer mode."""
-    problem = commit_safety_problem(table_uri, storage_options)
-    if problem and not allow_unsafe:
-        raise TableError(problem)
-
-
-_KEY_TYPES: tuple[tuple[Any, KeyType], ...] = (
-    (pa.types.is_integer, KeyType.INTEGER),
-    (pa.types.is_floating, KeyType.FLOAT),
-    (pa.types.is_decimal, KeyType.DECIMAL),
-    (
-        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t),
-        KeyType.STRING,
-    ),
-    (
-        lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t),
-        KeyType.BINARY,
-    ),
-    (pa.types.is_boolean, KeyType.BOOLEAN),
-    (pa.types.is_date, KeyType.DATE),
-    (pa.types.is_timestamp, KeyType.TIMESTAMP),
-)
-
-
-def key_column(name: str, arrow_type: pa.DataType) -> KeyColumn:
-    if pa.types.is_nested(arrow_type):
-        raise TableError(f"key column {name!r} has nested type {arrow_type}; cluster keys must be primitive")
-    for matches, key_type in _KEY_TYPES:
-        if matches(arrow_type):
-            scale = arrow_type.scale if key_type is KeyType.DECIMAL else 0
-            return KeyColumn(name, key_type, scale)
-    raise TableError(f"key column {name!r} has unsupported type {arrow_type}")
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterKey:
-    columns: tuple[KeyColumn, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
-
-    @property
-    def fingerprint(self) -> str:
-        return key_fingerprint(self.names)
-
-    def __str__(self) -> str:
-        return ", ".join(self.names)
-
-
 def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
-
-
-def parse_columns(text: str) -> list[str]:
-    """Column names from `a, b` or with backquotes (`` `x,y` ``, a doubled `` ` `` inside stands for one)."""
-    names: list[str] = []
-    current, quoted, index = "", False, 0
-    while index < len(text):
-        char = text[index]
-        if char == "`" and quoted and text[index + 1 : index + 2] == "`":
-            current, index = current + "`", index + 2
-            continue
-        if char == "`":
-            quoted = not quoted
-        elif char == "," and not quoted:
-            names.append(current.strip())
-            current = ""
-        else:
-            current += char
-        index += 1
-    if quoted:
-        raise TableError(f"unclosed backquote in column list {text!r}")
-    names.append(current.strip())
-    return [n for n in names if n]
-
-
-def format_columns(names: Sequence[str]) -> str:
-    """The column list `parse_columns` reads back: names with a comma, backquote or outer space backquoted."""
-    return ",".join(f"`{n.replace('`', '``')}`" if ("," in n or "`" in n or n != n.strip()) else n for n in names)
 
 
 def resolve_cluster_key(table: DeltaTable, cluster_by: Sequence[str] | None, uri: str = "") -> ClusterKey:
@@ -460,7 +315,7 @@ def live_deletion_vectors(
     not carry them). Only a table whose protocol has the deletionVectors feature can have any."""
     if "deletionVectors" not in (table.protocol().reader_features or []):
         return {}
-    from recluster.log_replay import LogReplayError, replay_log
+    from recluster.delta.replay import LogReplayError, replay_log
 
     try:
         return replay_log(location, storage_options, table.version()).deletion_vectors
@@ -504,36 +359,6 @@ def load_snapshot(
         data_schema=pa.schema([f for f in schema if f.name not in partition_columns]),
         storage_options=dict(storage_options or {}),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class WrittenFile:
-    """A data file a merge wrote into the table location, with the Delta stats to commit it with."""
-
-    path: str
-    rows: int
-    bytes: int
-    partition: Partition
-    stats: Mapping[str, Any]
-    level: int
-
-
-def check_writable(table_uri: str) -> None:
-    """Fail with one clear line, before any merge starts, when a local table location cannot be written."""
-    if "://" in table_uri:
-        return  # object stores: a merge that cannot write fails its task and leaves the table as it was
-    probe = os.path.join(table_uri, f".recluster-write-probe-{os.getpid()}")
-    try:
-        with open(probe, "w", encoding="utf-8") as handle:
-            handle.write("ok")
-        os.remove(probe)
-    except OSError as error:
-        raise TableError(f"table location {table_uri} is not writable: {error.strerror}") from None
-
-
-def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
-    """Delete files a rewrite wrote but could not commit (they are referenced by no version)."""
-    remove_stored_files(table_uri, [unquote(p) for p in paths], storage_options)
 
 
 def _stat_from_json(value: Any, column: KeyColumn) -> Any:
@@ -590,92 +415,3 @@ def blocks_from_log_adds(
         return []
     vectors = {a["path"]: DeletionVector.from_log(a["deletionVector"]) for a in adds if a.get("deletionVector")}
     return blocks_from_actions(pa.Table.from_pylist(rows), key, partition_columns, table_uri, storage_options, vectors)
-
-
-_INTERVAL_UNITS = {
-    "nanosecond": 1e-9,
-    "microsecond": 1e-6,
-    "millisecond": 1e-3,
-    "second": 1.0,
-    "minute": 60.0,
-    "hour": 3600.0,
-    "day": 86400.0,
-    "week": 7 * 86400.0,
-}
-DEFAULT_DELETED_FILE_RETENTION_HOURS = 168.0
-"""Delta's default `delta.deletedFileRetentionDuration` (interval 1 week)."""
-
-
-def parse_delta_interval(text: str) -> float:
-    """Seconds of a Delta interval property such as `interval 7 days` (the `interval` word is optional)."""
-    words = text.strip().lower().removeprefix("interval").split()
-    if len(words) != 2 or words[1].rstrip("s") not in _INTERVAL_UNITS:
-        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')")
-    try:
-        return float(words[0]) * _INTERVAL_UNITS[words[1].rstrip("s")]
-    except ValueError:
-        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')") from None
-
-
-def deleted_file_retention_hours(table: DeltaTable) -> float:
-    """The table's `delta.deletedFileRetentionDuration` in hours: time travel within it must keep working."""
-    text = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
-    return parse_delta_interval(text) / 3600.0 if text else DEFAULT_DELETED_FILE_RETENTION_HOURS
-
-
-def vacuum_table(table: DeltaTable, retention_hours: float, *, dry_run: bool) -> list[str]:
-    """Delete files removed longer than `retention_hours` ago and no longer referenced (delta-rs vacuum,
-    which also refuses a retention below the table's own). Returns the files (to be) deleted."""
-    try:
-        return list(
-            table.vacuum(retention_hours=math.ceil(retention_hours), dry_run=dry_run, enforce_retention_duration=True)
-        )
-    except DeltaError as error:
-        raise TableError(f"vacuum failed: {_first_line(error)}") from None
-
-
-def checkpoint_table(table: DeltaTable) -> None:
-    """Write a checkpoint at the table's version (readers then skip the JSON commits before it)."""
-    try:
-        table.create_checkpoint()
-    except DeltaError as error:
-        raise TableError(f"checkpoint failed: {_first_line(error)}") from None
-
-
-def cleanup_log(table: DeltaTable) -> None:
-    """Delete log files older than `delta.logRetentionDuration` that a checkpoint makes unnecessary."""
-    try:
-        table.cleanup_metadata()
-    except DeltaError as error:
-        raise TableError(f"log cleanup failed: {_first_line(error)}") from None
-
-
-def append_rows(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None) -> None:
-    """Append rows to a Delta table, creating it on first use (the optimizing history)."""
-    from deltalake import write_deltalake
-
-    try:
-        write_deltalake(normalize_uri(location), rows, mode="append", storage_options=dict(storage_options or {}))
-    except (DeltaError, OSError) as error:
-        raise TableError(f"cannot append to {location}: {_first_line(error)}") from None
-
-
-def read_rows(location: str, storage_options: Mapping[str, str] | None) -> pa.Table | None:
-    """All rows of a Delta table; None when there is no table at `location` yet."""
-    try:
-        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
-    except TableNotFoundError:
-        return None
-    return pa.table(table.to_pyarrow_table())
-
-
-def compact_small_files(location: str, storage_options: Mapping[str, str] | None) -> int:
-    """Bin-pack a table's small files (delta-rs optimize; for our own history table, which has no key).
-    Returns the number of files removed."""
-    try:
-        table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
-        return int(table.optimize.compact().get("numFilesRemoved", 0))
-    except TableNotFoundError:
-        return 0
-    except DeltaError as error:
-        raise TableError(f"cannot compact {location}: {_first_line(error)}") from None

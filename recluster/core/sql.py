@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from recluster.blocks import Block, KeyColumn, KeyType, encode_value
-from recluster.table import ClusterKey
+from recluster.core.blocks import Block
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_value
 
 STRING_STATS_PREFIX = 32
 TRUNCATED_STRING_MAX = "\U0010ffff"

@@ -1,4 +1,5 @@
-"""Our commits, written into the Delta log ourselves: a rewrite (remove inputs, add outputs, dataChange=false)
+"""Committing a rewrite safely (DESIGN §6), written into the Delta log by recluster itself.
+
 and a table-property change. delta-rs cannot write either exactly: its RemoveAction has no deletion vector (so a
 file with one stayed live), it URL-encodes paths a second time, and its property change adds reader features.
 
@@ -11,19 +12,62 @@ a rewrite of the same inputs can commit unseen.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import random
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote
 
-from recluster.blocks import Block
-from recluster.log_replay import LogReplayError, replay_log
-from recluster.storage import normalize_uri, put_if_absent, read_log_actions
-from recluster.table import CommitConflict, TableError, WrittenFile, open_table
+from deltalake.exceptions import DeltaError
+
+from recluster.core.blocks import Block, WrittenFile
+from recluster.core.errors import TableError
+from recluster.core.selection.plan import MergeTask
+from recluster.delta.log import PRODUCER, PRODUCER_KEY, read_commits
+from recluster.delta.replay import LogReplayError, replay_log
+from recluster.delta.snapshot import open_table
+from recluster.delta.storage import (
+    commit_safety_problem,
+    normalize_uri,
+    put_if_absent,
+    read_log_actions,
+    remove_stored_files,
+)
+from recluster.settings import CommitSettings
+
+
+class CommitConflict(Exception):
+    """A concurrent transaction changed files this rewrite read: nothing was committed."""
+
+
+def check_writable(table_uri: str) -> None:
+    """Fail with one clear line, before any merge starts, when a local table location cannot be written."""
+    if "://" in table_uri:
+        return  # object stores: a merge that cannot write fails its task and leaves the table as it was
+    probe = os.path.join(table_uri, f".recluster-write-probe-{os.getpid()}")
+    try:
+        with open(probe, "w", encoding="utf-8") as handle:
+            handle.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise TableError(f"table location {table_uri} is not writable: {error.strerror}") from None
+
+
+def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:
+    """Delete files a rewrite wrote but could not commit (they are referenced by no version)."""
+    remove_stored_files(table_uri, [unquote(p) for p in paths], storage_options)
+
 
 ENGINE_INFO = "recluster/0.1.0"
+
+
 MAX_REWRITE_ATTEMPTS = 20
+
+
 IN_COMMIT_TIMESTAMPS = "delta.enableInCommitTimestamps"
 
 
@@ -109,20 +153,15 @@ def rewrite_conflict(
     """Why a rewrite of `paths` may not commit over versions after..through, or None: one of them removed an
     input file (a delete, an update, a new deletion vector, another rewrite), changed the metadata or protocol,
     or is no longer in the log."""
-    from triggers.delta_log import LOG_GAP, CommitRange, commit_rows
-
     inputs = {unquote(p) for p in paths}
-    options = tuple(sorted((storage_options or {}).items()))
-    for _, version, _, operation, _, _, _, _, _, removes, metadata_changed in commit_rows(
-        CommitRange(table_uri, after + 1, through, options)
-    ):
-        if operation == LOG_GAP:
-            return f"commit {version} is no longer in the log"
-        if metadata_changed:
-            return f"commit {version} changed the table metadata or protocol"
-        removed = inputs.intersection(unquote(r) for r in removes)
+    for entry in read_commits(table_uri, after + 1, through, storage_options):
+        if entry.is_gap:
+            return f"commit {entry.version} is no longer in the log"
+        if entry.metadata_changed:
+            return f"commit {entry.version} changed the table metadata or protocol"
+        removed = inputs.intersection(unquote(r) for r in entry.removes)
         if removed:
-            return f"commit {version} removed input {sorted(removed)[0]}"
+            return f"commit {entry.version} removed input {sorted(removed)[0]}"
     return None
 
 
@@ -198,3 +237,114 @@ def set_table_properties(
         except OSError as error:
             raise TableError(f"cannot set table properties: {error}") from None
     raise TableError(f"cannot set table properties: {MAX_REWRITE_ATTEMPTS} concurrent commits were created first")
+
+
+log = logging.getLogger(__name__)
+
+
+TASK_ID_KEY = "recluster.taskId"
+
+
+class CommitStatus(StrEnum):
+    COMMITTED = "committed"
+    CONFLICT = "conflict"
+    """A concurrent delete/update touched an input: outputs deleted, the next round re-plans."""
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOutcome:
+    task: MergeTask
+    status: CommitStatus
+    version: int | None
+    written: tuple[WrittenFile, ...]
+    reason: str = ""
+
+    def __str__(self) -> str:
+        version = f" version={self.version}" if self.version is not None else ""
+        reason = f" reason={self.reason}" if self.reason else ""
+        files = f"files_in={len(self.task.files)} files_out={len(self.written)}"
+        return f"commit status={self.status}{version} {files}{reason}"
+
+
+def commit_metadata(task: MergeTask, *, run_id: str, task_id: str, read_version: int) -> dict[str, str]:
+    """commitInfo of our rewrites: triggers recognise (and skip) their own commits by the producer tag."""
+    return {
+        PRODUCER_KEY: PRODUCER,
+        "recluster.runId": run_id,
+        TASK_ID_KEY: task_id,
+        "recluster.readVersion": str(read_version),
+        "recluster.levels": f"{task.level}->{task.output_level}",
+        "recluster.reason": str(task.reason),
+    }
+
+
+def commit_task(
+    task: MergeTask,
+    written: Sequence[WrittenFile],
+    *,
+    table_uri: str,
+    storage_options: Mapping[str, str] | None,
+    read_version: int,
+    run_id: str,
+    task_id: str,
+    settings: CommitSettings,
+) -> CommitOutcome:
+    """Commit one task's outputs, or delete them and say why. Never loses or duplicates a row."""
+    files = tuple(written)
+    rows_out = sum(f.rows for f in files)
+    unsafe = commit_safety_problem(table_uri, storage_options)
+    if unsafe and not settings.allow_unsafe_single_writer:
+        delete_files(table_uri, [f.path for f in files], storage_options)
+        return CommitOutcome(task, CommitStatus.FAILED, None, files, f"unsafe_storage: {unsafe}")
+    if rows_out != task.live_rows:
+        delete_files(table_uri, [f.path for f in files], storage_options)
+        return CommitOutcome(
+            task, CommitStatus.FAILED, None, files, f"row_count_mismatch in={task.live_rows} out={rows_out}"
+        )
+    metadata = commit_metadata(task, run_id=run_id, task_id=task_id, read_version=read_version)
+    delay = settings.backoff_seconds
+    for attempt in range(1, settings.max_attempts + 1):
+        try:
+            version = commit_rewrite(table_uri, storage_options, read_version, task.files, files, metadata)
+            return CommitOutcome(task, CommitStatus.COMMITTED, version, files)
+        except CommitConflict as conflict:
+            delete_files(table_uri, [f.path for f in files], storage_options)
+            return CommitOutcome(task, CommitStatus.CONFLICT, None, files, f"concurrent_change: {conflict}")
+        except (DeltaError, OSError) as error:
+            earlier = committed_with(table_uri, storage_options, {TASK_ID_KEY: task_id}, read_version)
+            if earlier is not None:
+                return CommitOutcome(task, CommitStatus.COMMITTED, earlier, files, "committed_before_error")
+            log.warning("commit attempt=%d task=%s error=%s", attempt, task_id, error)
+            if attempt < settings.max_attempts:
+                time.sleep(min(delay, settings.max_backoff_seconds) * (0.5 + random.random()))
+                delay *= 2
+    delete_files(table_uri, [f.path for f in files], storage_options)
+    return CommitOutcome(task, CommitStatus.FAILED, None, files, "commit_attempts_exhausted")
+
+
+@dataclass
+class OutcomeTotals:
+    """What a set of commit outcomes did: the counters of `run --json` and of the metrics record."""
+
+    tasks: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    rows_rewritten: int = 0
+    conflicts: int = 0
+    failures: int = 0
+
+    def add(self, outcome: CommitOutcome) -> None:
+        if outcome.status is CommitStatus.COMMITTED:
+            self.tasks += 1
+            self.files_removed += len(outcome.task.files)
+            self.files_added += len(outcome.written)
+            self.bytes_read += outcome.task.bytes
+            self.bytes_written += sum(f.bytes for f in outcome.written)
+            self.rows_rewritten += outcome.task.rows
+        elif outcome.status is CommitStatus.CONFLICT:
+            self.conflicts += 1
+        else:
+            self.failures += 1

@@ -14,21 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from recluster.api import open_checked_table
-from recluster.blocks import LEVEL_CONSTANT, Block, new_run_id
-from recluster.commit import CommitOutcome, OutcomeTotals, commit_task
-from recluster.metrics import ClusteringInfo, clustering_info, depth_profile
-from recluster.selection import MergeTask, Policy, ReclusterPlan, SelectionBounds, select_merge_tasks
+from recluster.core.blocks import LEVEL_CONSTANT, Block, WrittenFile, new_run_id
+from recluster.core.keys import ClusterKey
+from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profile
+from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, SelectionBounds
+from recluster.delta.commit import CommitOutcome, OutcomeTotals, check_writable, commit_task
+from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
+from recluster.delta.storage import require_safe_commits
+from recluster.engine.api import open_checked_table
 from recluster.settings import Settings, resolve_selection
-from recluster.table import (
-    ClusterKey,
-    TableSnapshot,
-    WrittenFile,
-    check_writable,
-    load_snapshot,
-    open_table,
-    require_safe_commits,
-)
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +113,7 @@ def write_task(
     spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str
 ) -> list[WrittenFile]:
     """Merge one task on Spark: its outputs are written into the table location, not yet committed."""
-    from recluster.merge import execute_task
+    from recluster.spark.merge import execute_task
 
     return execute_task(
         spark,
@@ -148,7 +143,7 @@ def run_task(
 ) -> CommitOutcome:
     """Merge one task on Spark (in the FAIR scheduler `pool` when given) and commit it (or clean up)."""
     if pool is not None:
-        from recluster.merge import use_scheduler_pool
+        from recluster.spark.session import use_scheduler_pool
 
         use_scheduler_pool(spark, pool)
     return commit_task(

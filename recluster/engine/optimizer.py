@@ -1,7 +1,7 @@
 """Running self-optimizing processes and reporting on them (DESIGN §8): the engine behind
 `recluster optimize`, `recluster status` and the job's scheduled optimizing.
 
-A process reads the snapshot, decides (or is told) its type, plans with recluster/optimizing.py, runs the
+A process reads the snapshot, decides (or is told) its type, plans with recluster/core/optimizing.py, runs the
 merges in its group's FAIR pool with the group's concurrency bound, commits each task atomically like a
 recluster merge, and appends a start row and an end row to the history table.
 """
@@ -14,11 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from recluster.blocks import new_run_id
-from recluster.commit import CommitOutcome, OutcomeTotals
-from recluster.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
-from recluster.metrics import clustering_info
-from recluster.optimizing import (
+from recluster.core.blocks import new_run_id
+from recluster.core.metrics import clustering_info
+from recluster.core.optimizing import (
     OptimizingConfig,
     PendingWork,
     ProcessRecord,
@@ -33,10 +31,14 @@ from recluster.optimizing import (
     table_health,
     table_history,
 )
-from recluster.rounds import SnapshotLoader, execute_plan, recluster_table, selection_bounds
-from recluster.selection import ReclusterPlan, select_merge_tasks
+from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import ReclusterPlan
+from recluster.delta.commit import CommitOutcome, OutcomeTotals
+from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
+from recluster.delta.snapshot import TableSnapshot
+from recluster.delta.storage import require_safe_commits
+from recluster.engine.rounds import SnapshotLoader, execute_plan, recluster_table, selection_bounds
 from recluster.settings import Settings, history_location
-from recluster.table import TableSnapshot, require_safe_commits
 
 log = logging.getLogger(__name__)
 

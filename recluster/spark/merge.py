@@ -17,13 +17,10 @@ import itertools
 import json
 import math
 import os
-import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
-from xml.sax.saxutils import escape
 
 import numpy as np
 import numpy.typing as npt
@@ -31,22 +28,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from recluster.blocks import LEVEL_CONSTANT, data_file_name
-from recluster.deletion_vectors import DeletionVector, DeletionVectorError, keep_mask
-from recluster.log_replay import read_deleted_positions
-from recluster.selection import MergeTask
-from recluster.settings import OptimizerGroup, SparkSettings
-from recluster.storage import file_location, table_filesystem
-from recluster.table import TableError, WrittenFile
+from recluster.core.blocks import LEVEL_CONSTANT, WrittenFile, data_file_name
+from recluster.core.deletion_vectors import DeletionVector, DeletionVectorError, keep_mask
+from recluster.core.errors import TableError
+from recluster.core.selection.plan import MergeTask
+from recluster.delta.replay import read_deleted_positions
+from recluster.delta.storage import file_location, table_filesystem
 
 STATS_STRING_PREFIX = 32
 """Delta truncates string stats to 32 characters; a truncated max gets a tie-breaker above any suffix."""
+
+
 STRING_TIE_BREAKER = "\U0010ffff"
+
+
 DEFAULT_INDEXED_COLUMNS = 32
+
 
 RESULT_SCHEMA = "path string, rows long, bytes long, stats string, level int"
 
+
 DataReader = Literal["auto", "spark", "pyarrow"]
+
 
 HADOOP_FILESYSTEMS = {
     "s3": "org.apache.hadoop.fs.s3a.S3AFileSystem",
@@ -57,66 +60,9 @@ HADOOP_FILESYSTEMS = {
 }
 """The Hadoop filesystem class Spark's reader needs per URI scheme (from jars a pip install does not bring)."""
 
+
 READ_SPLIT_BYTES = 128 << 20
 """Input bytes per Spark task of the pyarrow reader (Spark's own reader splits at the same size)."""
-
-
-def fair_scheduler_pools(groups: Mapping[str, OptimizerGroup]) -> str:
-    """A FAIR scheduler allocation file: one pool per optimizer group, guaranteed its cores (minShare) and
-    weighted by them, so one group's big table cannot starve another group (DESIGN §8)."""
-    pools = "".join(
-        f'  <pool name="{escape(name)}"><schedulingMode>FAIR</schedulingMode>'
-        f"<weight>{group.cores}</weight><minShare>{group.cores}</minShare></pool>\n"
-        for name, group in sorted(groups.items())
-    )
-    handle, path = tempfile.mkstemp(prefix="recluster-pools-", suffix=".xml")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(f'<?xml version="1.0"?>\n<allocations>\n{pools}</allocations>\n')
-    return path
-
-
-def use_scheduler_pool(spark: Any, pool: str | None) -> None:
-    """Jobs started from the calling thread run in `pool` (Spark local properties are per thread)."""
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
-
-
-def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] | None = None) -> Any:
-    """The Spark session for merges; workers run this interpreter (a venv otherwise breaks them).
-
-    The driver JVM is launched in its own session: a SIGTERM/SIGINT sent to our process group then reaches
-    only Python, which stops the query gracefully; the JVM still exits when Python does (its stdin closes).
-    With `pools`, each optimizer group gets a FAIR scheduler pool of its name.
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-    from pyspark.sql import SparkSession
-
-    conf = {
-        "spark.master": settings.master,
-        "spark.app.name": settings.app_name,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.log.level": "ERROR",
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
-        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
-        "spark.scheduler.mode": "FAIR",
-        **({"spark.scheduler.allocation.file": fair_scheduler_pools(pools)} if pools else {}),
-        **settings.conf,
-    }
-    if SparkContext._gateway is None:
-        spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
-        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
-        SparkContext._ensure_initialized(gateway=gateway)
-    builder = SparkSession.builder
-    for name, value in conf.items():
-        builder = builder.config(name, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 def stats_columns(schema: pa.Schema, properties: Mapping[str, str]) -> list[str]:

@@ -8,6 +8,7 @@ than a safety age (a rewrite still running has young outputs), and no version st
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,10 +16,12 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
-from recluster.blocks import parse_data_file_name
-from recluster.settings import MaintenanceSettings
-from recluster.storage import (
+from recluster.core.blocks import parse_data_file_name
+from recluster.core.errors import TableError, first_line
+from recluster.delta.snapshot import open_table
+from recluster.delta.storage import (
     last_checkpoint_version,
     list_data_files,
     log_versions,
@@ -26,16 +29,70 @@ from recluster.storage import (
     read_log_actions,
     remove_stored_files,
 )
-from recluster.table import (
-    TableError,
-    checkpoint_table,
-    cleanup_log,
-    deleted_file_retention_hours,
-    open_table,
-    vacuum_table,
-)
+from recluster.settings import MaintenanceSettings
+
+_INTERVAL_UNITS = {
+    "nanosecond": 1e-9,
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 7 * 86400.0,
+}
+
+
+DEFAULT_DELETED_FILE_RETENTION_HOURS = 168.0
+"""Delta's default `delta.deletedFileRetentionDuration` (interval 1 week)."""
+
+
+def parse_delta_interval(text: str) -> float:
+    """Seconds of a Delta interval property such as `interval 7 days` (the `interval` word is optional)."""
+    words = text.strip().lower().removeprefix("interval").split()
+    if len(words) != 2 or words[1].rstrip("s") not in _INTERVAL_UNITS:
+        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')")
+    try:
+        return float(words[0]) * _INTERVAL_UNITS[words[1].rstrip("s")]
+    except ValueError:
+        raise TableError(f"malformed Delta interval {text!r} (expected e.g. 'interval 7 days')") from None
+
+
+def deleted_file_retention_hours(table: DeltaTable) -> float:
+    """The table's `delta.deletedFileRetentionDuration` in hours: time travel within it must keep working."""
+    text = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
+    return parse_delta_interval(text) / 3600.0 if text else DEFAULT_DELETED_FILE_RETENTION_HOURS
+
+
+def vacuum_table(table: DeltaTable, retention_hours: float, *, dry_run: bool) -> list[str]:
+    """Delete files removed longer than `retention_hours` ago and no longer referenced (delta-rs vacuum,
+    which also refuses a retention below the table's own). Returns the files (to be) deleted."""
+    try:
+        return list(
+            table.vacuum(retention_hours=math.ceil(retention_hours), dry_run=dry_run, enforce_retention_duration=True)
+        )
+    except DeltaError as error:
+        raise TableError(f"vacuum failed: {first_line(error)}") from None
+
+
+def checkpoint_table(table: DeltaTable) -> None:
+    """Write a checkpoint at the table's version (readers then skip the JSON commits before it)."""
+    try:
+        table.create_checkpoint()
+    except DeltaError as error:
+        raise TableError(f"checkpoint failed: {first_line(error)}") from None
+
+
+def cleanup_log(table: DeltaTable) -> None:
+    """Delete log files older than `delta.logRetentionDuration` that a checkpoint makes unnecessary."""
+    try:
+        table.cleanup_metadata()
+    except DeltaError as error:
+        raise TableError(f"log cleanup failed: {first_line(error)}") from None
+
 
 log = logging.getLogger(__name__)
+
 
 DEFAULT_SAFETY_AGE_SECONDS = 24 * 3600.0
 

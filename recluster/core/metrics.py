@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recluster.blocks import Block
+from recluster.core.blocks import Block
 
 IntArray = npt.NDArray[np.int64]
 

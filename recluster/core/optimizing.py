@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from recluster.blocks import LEVEL_APPENDED, LEVEL_CONSTANT, Block, Partition
-from recluster.selection import MergeTask, Reason, ReclusterPlan, SelectionBounds
+from recluster.core.blocks import LEVEL_APPENDED, LEVEL_CONSTANT, Block, Partition
+from recluster.core.selection.plan import MergeTask, Reason, ReclusterPlan, SelectionBounds
 from recluster.settings import OptimizerGroup, SelfOptimizingSettings, SettingsError
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from recluster.metrics import ClusteringInfo, clustering_info
+from recluster.core.keys import ClusterKey
+from recluster.core.metrics import ClusteringInfo, clustering_info
+from recluster.delta.snapshot import TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
+from recluster.delta.storage import normalize_uri
 from recluster.settings import Settings, TableSettings, table_storage_options
-from recluster.storage import normalize_uri
-from recluster.table import ClusterKey, TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from recluster.deletion_vectors import (
+from recluster.core.deletion_vectors import (
     ABSOLUTE,
     INLINE,
     DeletionVector,
@@ -29,7 +29,14 @@ from recluster.deletion_vectors import (
     inline_bytes,
     stored_bytes,
 )
-from recluster.storage import LOG_DIR, log_file, normalize_uri, read_log_actions, stored_location, table_filesystem
+from recluster.delta.storage import (
+    LOG_DIR,
+    log_file,
+    normalize_uri,
+    read_log_actions,
+    stored_location,
+    table_filesystem,
+)
 
 _CHECKPOINT = re.compile(
     r"^(?P<version>\d{20})\.checkpoint(?:\.(?P<part>\d{10})\.(?P<parts>\d{10})|\.(?P<uuid>[0-9a-fA-F-]{36}))?"

@@ -1,0 +1,7 @@
+"""`python -m recluster.cli`: the `recluster` command."""
+
+import sys
+
+from recluster.cli import main
+
+sys.exit(main())

@@ -1,0 +1,209 @@
+"""Cluster keys and their order-preserving encoding. Pure: no Spark, no Delta, no I/O.
+
+A key range is the tuple of per-column minimums and the tuple of per-column maximums, compared
+lexicographically. To compare tuples of any Delta primitive type quickly and uniformly, each tuple is encoded to
+bytes whose plain byte order is the tuple order (NULL first, NaN after +inf, as Spark sorts ascending).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import hashlib
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import pyarrow as pa
+
+from recluster.core.errors import TableError
+
+
+class KeyType(StrEnum):
+    """Delta primitive types a cluster key column may have, grouped by how they encode."""
+
+    INTEGER = "integer"  # byte, short, integer, long
+    FLOAT = "float"  # float, double
+    DECIMAL = "decimal"
+    STRING = "string"
+    BINARY = "binary"
+    BOOLEAN = "boolean"
+    DATE = "date"
+    TIMESTAMP = "timestamp"  # timestamp (UTC) and timestamp_ntz, both microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class KeyColumn:
+    """One column of a cluster key: its name, how its values encode and, for decimals, the scale."""
+
+    name: str
+    type: KeyType
+    scale: int = 0
+
+
+_NULL = b"\x00"
+
+
+_VALUE = b"\x01"
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+_SIGN64 = 1 << 63
+
+
+_MASK64 = (1 << 64) - 1
+
+
+_CANONICAL_NAN = 0x7FF8000000000000
+
+
+_DECIMAL_CONTEXT = decimal.Context(prec=80)  # Delta decimals have up to 38 digits; the default 28 would round
+
+
+def _encode_int(value: int, width: int = 8) -> bytes:
+    bias = 1 << (8 * width - 1)
+    return (value + bias).to_bytes(width, "big")
+
+
+def _encode_float(value: float) -> bytes:
+    if math.isnan(value):
+        bits = _CANONICAL_NAN  # every NaN equal, above +inf
+    else:
+        (bits,) = struct.unpack(">Q", struct.pack(">d", value + 0.0))  # + 0.0 folds -0.0 into 0.0
+    bits = (~bits & _MASK64) if bits & _SIGN64 else bits | _SIGN64
+    return bits.to_bytes(8, "big")
+
+
+def _encode_bytes(value: bytes) -> bytes:
+    # Escape 0x00 so that a terminator 0x00 0x00 sorts a prefix before its extensions.
+    return value.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+
+
+def _micros(value: dt.datetime) -> int:
+    delta = value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def encode_value(value: Any, column: KeyColumn) -> bytes:
+    """Encode one key component; byte order equals Spark's ascending order with NULLs first."""
+    if value is None:
+        return _NULL
+    match column.type:
+        case KeyType.INTEGER:
+            return _VALUE + _encode_int(int(value))
+        case KeyType.FLOAT:
+            return _VALUE + _encode_float(float(value))
+        case KeyType.DECIMAL:
+            unscaled = int(decimal.Decimal(value).scaleb(column.scale, _DECIMAL_CONTEXT).to_integral_value())
+            return _VALUE + _encode_int(unscaled, 16)
+        case KeyType.STRING:
+            return _VALUE + _encode_bytes(str(value).encode("utf-8"))
+        case KeyType.BINARY:
+            return _VALUE + _encode_bytes(bytes(value))
+        case KeyType.BOOLEAN:
+            return _VALUE + (b"\x01" if value else b"\x00")
+        case KeyType.DATE:
+            return _VALUE + _encode_int((value - _EPOCH_DATE).days)
+        case KeyType.TIMESTAMP:
+            micros = value if isinstance(value, int) else _micros(value)
+            return _VALUE + _encode_int(micros)
+    raise ValueError(f"unsupported key type {column.type!r}")  # pragma: no cover - enum is exhaustive
+
+
+def encode_key(values: Sequence[Any], columns: Sequence[KeyColumn], prefix: bytes = b"") -> bytes:
+    """Encode a key tuple; `prefix` (the encoded partition) keeps blocks of different partitions apart."""
+    return prefix + b"".join(encode_value(v, c) for v, c in zip(values, columns, strict=True))
+
+
+def encode_partition(partition: Sequence[tuple[str, str | None]]) -> bytes:
+    """Partition values as a key prefix: files of two partitions never overlap."""
+    return b"".join(_NULL if v is None else _VALUE + _encode_bytes(v.encode("utf-8")) for _, v in partition)
+
+
+def key_fingerprint(columns: Sequence[str], mode: str = "lexicographic") -> str:
+    """Short, stable hash of the cluster key (column list and ordering mode), written into file names."""
+    text = f"{mode}:" + ",".join(c.lower() for c in columns)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+
+
+_KEY_TYPES: tuple[tuple[Any, KeyType], ...] = (
+    (pa.types.is_integer, KeyType.INTEGER),
+    (pa.types.is_floating, KeyType.FLOAT),
+    (pa.types.is_decimal, KeyType.DECIMAL),
+    (
+        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t),
+        KeyType.STRING,
+    ),
+    (
+        lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t),
+        KeyType.BINARY,
+    ),
+    (pa.types.is_boolean, KeyType.BOOLEAN),
+    (pa.types.is_date, KeyType.DATE),
+    (pa.types.is_timestamp, KeyType.TIMESTAMP),
+)
+
+
+def key_column(name: str, arrow_type: pa.DataType) -> KeyColumn:
+    if pa.types.is_nested(arrow_type):
+        raise TableError(f"key column {name!r} has nested type {arrow_type}; cluster keys must be primitive")
+    for matches, key_type in _KEY_TYPES:
+        if matches(arrow_type):
+            scale = arrow_type.scale if key_type is KeyType.DECIMAL else 0
+            return KeyColumn(name, key_type, scale)
+    raise TableError(f"key column {name!r} has unsupported type {arrow_type}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterKey:
+    columns: tuple[KeyColumn, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def fingerprint(self) -> str:
+        return key_fingerprint(self.names)
+
+    def __str__(self) -> str:
+        return ", ".join(self.names)
+
+
+def parse_columns(text: str) -> list[str]:
+    """Column names from `a, b` or with backquotes (`` `x,y` ``, a doubled `` ` `` inside stands for one)."""
+    names: list[str] = []
+    current, quoted, index = "", False, 0
+    while index < len(text):
+        char = text[index]
+        if char == "`" and quoted and text[index + 1 : index + 2] == "`":
+            current, index = current + "`", index + 2
+            continue
+        if char == "`":
+            quoted = not quoted
+        elif char == "," and not quoted:
+            names.append(current.strip())
+            current = ""
+        else:
+            current += char
+        index += 1
+    if quoted:
+        raise TableError(f"unclosed backquote in column list {text!r}")
+    names.append(current.strip())
+    return [n for n in names if n]
+
+
+def format_columns(names: Sequence[str]) -> str:
+    """The column list `parse_columns` reads back: names with a comma, backquote or outer space backquoted."""
+    return ",".join(f"`{n.replace('`', '``')}`" if ("," in n or "`" in n or n != n.strip()) else n for n in names)

@@ -1,0 +1,179 @@
+"""What a round plans (DESIGN §5): the values every selection policy returns. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from recluster.core.blocks import MAX_LEVEL, Block, Partition
+
+
+class Policy(StrEnum):
+    """The selection policies (DESIGN §5); FINAL rounds are the same for both."""
+
+    LEVELS = "levels"
+    ABSORB = "absorb"
+
+
+class Reason(StrEnum):
+    """Why a task exists or why blocks were left alone (reason codes for logs and the plan)."""
+
+    DEPTH_ABOVE_THRESHOLD = "depth_above_threshold"
+    UNCLUSTERED = "unclustered"
+    FINAL = "final"
+    OLDER_KEY = "older_key_fingerprint"
+    OVER_SIZE_BOUND = "over_size_bound"
+    ABSORB_RATIO = "absorb_ratio"
+    """absorb: rows(newer runs) >= beta * rows(files of the run that overlap newer data)."""
+    ABSORB_RESUME = "absorb_resume"
+    """absorb: the next slice of an absorb in progress (runs it takes in remain, or its run overlaps itself)."""
+    ABSORB_BELOW_RATIO = "absorb_below_ratio"
+    """absorb: no run reaches the ratio; nothing to do."""
+    MINOR = "minor_optimizing"
+    MAJOR = "major_optimizing"
+    FULL = "full_optimizing"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionBounds:
+    """Immutable inputs of one selection (settings resolved for this table)."""
+
+    depth_ratio: float
+    max_depth_threshold: float
+    max_task_bytes: int
+    max_task_files: int
+    max_tasks: int
+    key_fingerprint: str
+    policy: Policy = Policy.LEVELS
+    beta: float = 1.0
+    """absorb: a run absorbs the newer runs once they hold beta times the rows of its files they overlap."""
+    target_depth: float | None = None
+    """absorb: when set, beta is scaled by target_depth / average_depth (lower while the table is deeper)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MergeTask:
+    """One bounded merge: these files, sorted together, become files of `output_level`."""
+
+    partition: Partition
+    level: int
+    output_level: int
+    files: tuple[Block, ...]
+    reason: Reason
+    depth: int
+    """Depth of the point range the task was built around (0 for unclustered files)."""
+    output_run: str | None = None
+    """Run id written into the output names (absorb: the age of the run absorbing); None: the round's run id."""
+    horizon_ms: int | None = None
+    """absorb: age of the newest run this absorb takes in (written into the names, so slices resume)."""
+    split_values: tuple[Any, ...] = ()
+    """First-key-column values the outputs are cut at (below and above each): the bounds of the absorbing
+    run's files left untouched inside the merged range, so the run stays one sorted run."""
+
+    @property
+    def bytes(self) -> int:
+        return sum(b.bytes for b in self.files)
+
+    @property
+    def rows(self) -> int:
+        return sum(b.rows for b in self.files)
+
+    @property
+    def live_rows(self) -> int:
+        """Rows not hidden by deletion vectors: what the outputs must hold."""
+        return sum(b.live_rows for b in self.files)
+
+    @property
+    def key_range(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+        clustered = [b for b in self.files if b.clustered]
+        if not clustered:
+            return None, None
+        low = min(clustered, key=lambda b: b.min_key or b"")
+        high = max(clustered, key=lambda b: b.max_key or b"")
+        return low.min_values, high.max_values
+
+    def __str__(self) -> str:
+        part = ",".join(f"{k}={v}" for k, v in self.partition) or "-"
+        low, high = self.key_range
+        run = "" if self.output_run is None else f" run={self.output_run}"
+        return (
+            f"merge L{self.level}->L{self.output_level} partition={part} files={len(self.files)} "
+            f"rows={self.rows} bytes={self.bytes} depth={self.depth} range={low}..{high} reason={self.reason}{run}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    reason: Reason
+    files: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReclusterPlan:
+    """One round's plan for one table, anchored to the version it was read at."""
+
+    table: str
+    read_version: int
+    final: bool
+    tasks: tuple[MergeTask, ...]
+    skipped: tuple[Skipped, ...] = ()
+    policy: Policy = Policy.LEVELS
+    beta: float | None = None
+    """absorb: the beta this plan used (after the depth-target controller); None for levels."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.tasks
+
+    def __str__(self) -> str:
+        beta = "" if self.beta is None else f" beta={self.beta:.3g}"
+        lines = [
+            f"plan table={self.table} read_version={self.read_version} policy={self.policy}{beta} "
+            f"tasks={len(self.tasks)}"
+        ]
+        lines += [f"  {task}" for task in self.tasks]
+        lines += [f"  skip reason={s.reason} files={s.files} {s.detail}".rstrip() for s in self.skipped]
+        return "\n".join(lines)
+
+
+def level_threshold(blocks_in_level: int, bounds: SelectionBounds) -> float:
+    return min(max(blocks_in_level * bounds.depth_ratio, 1.0), bounds.max_depth_threshold)
+
+
+def partitions_of(blocks: Iterable[Block]) -> dict[Partition, list[Block]]:
+    grouped: dict[Partition, list[Block]] = {}
+    for block in blocks:
+        grouped.setdefault(block.partition, []).append(block)
+    return grouped
+
+
+def output_level(level: int) -> int:
+    return min(level + 1, MAX_LEVEL)
+
+
+def chunk_blocks(blocks: Sequence[Block], bounds: SelectionBounds) -> list[list[Block]]:
+    """Unclustered files in bounded groups (a single file is a valid group: it gains stats and a level); a file
+    alone over the byte bound is left out (reported as over the size bound): no task exceeds its budget."""
+    groups: list[list[Block]] = []
+    remaining = sorted((b for b in blocks if b.bytes <= bounds.max_task_bytes), key=lambda b: (b.bytes, b.path))
+    while remaining:
+        group = bounded(remaining, bounds) or remaining[:1]
+        groups.append(group)
+        taken = {b.path for b in group}
+        remaining = [b for b in remaining if b.path not in taken]
+    return groups
+
+
+def bounded(candidates: Sequence[Block], bounds: SelectionBounds) -> list[Block]:
+    """Smallest files first while within the byte and file bounds: most depth removed per byte."""
+    chosen: list[Block] = []
+    total = 0
+    for block in sorted(candidates, key=lambda b: (b.bytes, b.path)):
+        if len(chosen) >= bounds.max_task_files or total + block.bytes > bounds.max_task_bytes:
+            break
+        chosen.append(block)
+        total += block.bytes
+    return chosen

@@ -1,0 +1,1 @@
+"""The Spark session and the merge kernel that runs in it."""
