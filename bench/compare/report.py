@@ -14,7 +14,6 @@ from bench.compare.strategies import RECLUSTER
 from bench.compare.workloads import Params
 from bench.merge_bench import MB, RESULTS, markdown_table
 
-
 # ---- references (existing benchmarks' latest JSON) ------------------------------------------------------------
 
 
