@@ -35,9 +35,10 @@ from bench.merge_bench import (
     summary_records,
     write_results,
 )
-from jobs.autorecluster import TableStatus, start_job, stop_gracefully
+from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log import PRODUCER, PRODUCER_KEY
 from recluster.engine.demo import append_demo_batch
+from recluster.engine.job_state import TableStatus
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings, StreamSettings, TableSettings
 

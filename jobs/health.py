@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from recluster.settings import HttpSettings
 
 if TYPE_CHECKING:
-    from jobs.autorecluster import ReclusterHandler
+    from recluster.engine.handler import ReclusterHandler
 
 log = logging.getLogger("recluster.http")
 

@@ -22,9 +22,11 @@ import numpy as np
 import pytest
 import yaml
 
-from jobs.autorecluster import LevelStatus, TableStatus, stop_gracefully
+from jobs.autorecluster import stop_gracefully
 from jobs.health import HealthServer, JobProbe
-from recluster.cli import _stream_settings, build_parser
+from recluster.cli.parser import build_parser
+from recluster.cli.watch import stream_settings
+from recluster.engine.job_state import LevelStatus, TableStatus
 from recluster.engine.k8s import kubernetes_spark_conf, prepare_event_log_dir, with_kubernetes
 from recluster.settings import HttpSettings, KubernetesSettings, Settings, SettingsError, load_settings
 
@@ -423,7 +425,7 @@ def test_watch_cli_wires_http_port_and_kubernetes(tmp_path, monkeypatch):
             f"kubernetes.event_log_dir={tmp_path}/events",
         ]
     )
-    settings = _stream_settings(args)
+    settings = stream_settings(args)
     assert settings.http.port == 8081
     assert settings.spark.master.startswith("k8s://")
     assert settings.spark.conf["spark.kubernetes.driver.pod.name"] == "recluster-0"

@@ -511,10 +511,10 @@ def test_commit_safety_by_store_and_options(monkeypatch, uri, options, environme
 
 
 def test_watch_table_flag_keeps_the_configured_storage_options():
-    from recluster.cli import _merge_tables
+    from recluster.cli.watch import merge_tables
 
     configured = [TableSettings(uri="s3://lake/events", storage_options={"AWS_REGION": REGION})]
-    merged = _merge_tables(configured, [TableSettings(uri="s3://lake/events/", cluster_by=["k"])])
+    merged = merge_tables(configured, [TableSettings(uri="s3://lake/events/", cluster_by=["k"])])
     assert [(t.uri, t.cluster_by, t.storage_options) for t in merged] == [
         ("s3://lake/events", ["k"], {"AWS_REGION": REGION})
     ]

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recluster.core.blocks import Block, Partition, age_run_id, parse_data_file_name
-from recluster.core.metrics import depth_profile, rank_keys
+from recluster.core.metrics import IntArray, depth_profile, rank_keys
 from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, output_level
 
 BETA_SCALE_LIMIT = 8.0
@@ -69,9 +69,6 @@ def recover_runs(blocks: Iterable[Block]) -> list[Run]:
 
 
 BoolArray = npt.NDArray[np.bool_]
-
-
-IntArray = npt.NDArray[np.int64]
 
 
 def overlapping(lo: IntArray, hi: IntArray, other_lo: IntArray, other_hi: IntArray) -> BoolArray:

@@ -1,0 +1,97 @@
+"""`demo`: a local table written to and reclustered live."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from recluster.cli.common import UsageError, print_json, settings_of
+from recluster.cli.render import render_info, render_status
+from recluster.cli.watch import run_until_signal
+from recluster.engine.api import table_info
+from recluster.settings import (
+    TableSettings,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import shutil
+    import threading
+    import time
+
+    import numpy as np
+    from rich.live import Live
+
+    from jobs.autorecluster import start_job
+    from recluster.engine.demo import append_demo_batch
+    from recluster.spark.session import spark_session
+
+    if args.rows < 1 or args.target_rows < 1 or args.seconds <= 0 or args.interval <= 0:
+        raise UsageError("--rows and --target-rows must be positive numbers, --seconds and --interval above 0")
+    root = Path(args.path)
+    table, checkpoint = root / "events", root / "checkpoint"
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(args.seed)
+    append_demo_batch(table, rng, args.rows, 0)
+    base = settings_of(args)
+    settings = base.model_copy(
+        update={
+            "clustering": base.clustering.model_copy(update={"target_rows": args.target_rows}),
+            "stream": base.stream.model_copy(
+                update={"checkpoint_location": str(checkpoint), "starting_version": "earliest"}
+            ),
+            "tables": [TableSettings(uri=str(table))],
+        }
+    )
+    console = Console(stderr=True)
+    console.print(f"demo table {table}: appending {args.rows:,} random-key rows every {args.interval}s")
+    spark = spark_session(settings.spark)
+    query, handler = start_job(spark, settings, settings.tables)
+    appended = [1]
+    stop_writer = threading.Event()
+
+    def writer() -> None:
+        while not stop_writer.wait(args.interval):
+            append_demo_batch(table, rng, args.rows, appended[0])
+            appended[0] += 1
+
+    thread = threading.Thread(target=writer, name="demo-writer", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    with Live(console=console, auto_refresh=False, transient=not console.is_terminal) as live:
+
+        def tick() -> None:
+            status = handler.status.get(str(table))
+            live.update(render_status(status, appended[0], time.monotonic() - started), refresh=True)
+
+        try:
+            run_until_signal(query, handler, args.seconds, tick)
+        finally:
+            stop_writer.set()
+            thread.join()
+    result = table_info(str(table), settings=settings)
+    status = handler.status.get(str(table))
+    summary: dict[str, Any] = {
+        "appends": appended[0],
+        "rows": result.info.table.total_rows,
+        "merges": status.tasks if status else 0,
+        "bytes_appended": status.bytes_appended if status else 0,
+        "bytes_written": status.bytes_written if status else 0,
+        "info": result.to_dict(),
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        render_info(result, Console())
+        appended_bytes = max(summary["bytes_appended"], 1)
+        Console().print(
+            f"{summary['appends']} appends, {summary['merges']} merges, write amplification "
+            f"{summary['bytes_written'] / appended_bytes:.2f} (bytes rewritten / bytes appended)"
+        )
+    return 0

@@ -1,0 +1,151 @@
+"""Self-optimizing commands: `optimize`, `status`, `maintain`, `clean`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from recluster.cli.common import EXIT_ERROR, UsageError, print_json, settings_of
+from recluster.core.keys import parse_columns
+
+if TYPE_CHECKING:
+    pass
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    """Delete the outputs of rewrites that never committed (see recluster/delta/maintenance.py for the rules)."""
+    from recluster.delta.maintenance import clean_orphans
+    from recluster.engine.api import storage_options_for
+
+    if args.safety_age_hours < 0:
+        raise UsageError("--safety-age-hours must not be negative")
+    settings = settings_of(args)
+    result = clean_orphans(
+        args.table,
+        safety_age_seconds=args.safety_age_hours * 3600,
+        storage_options=storage_options_for(settings, args.table),
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    verb = "deleted" if result.deleted else "would delete"
+    for orphan in result.orphans:
+        print(f"{verb} {orphan.path} ({orphan.bytes:,} bytes, {orphan.age_seconds / 3600:.1f} h old)")
+    total = sum(o.bytes for o in result.orphans)
+    print(
+        f"{verb} {len(result.orphans)} orphan file(s), {total:,} bytes; {result.referenced} files referenced by "
+        f"versions {result.oldest_version}..{result.latest_version} kept"
+    )
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Self-optimize a table now: the given type, or whatever its triggers say is due."""
+    from recluster.core.optimizing import ProcessType
+    from recluster.engine.optimizer import history_store, optimize_table
+    from recluster.engine.rounds import snapshot_loader
+    from recluster.spark.session import spark_session
+
+    settings = settings_of(args)
+    loader = snapshot_loader(args.table, settings, parse_columns(args.cluster_by) if args.cluster_by else None)
+    with Console(stderr=True).status("optimizing", spinner="dots"):
+        result = optimize_table(
+            loader,
+            settings=settings,
+            spark_factory=lambda: spark_session(settings.spark, settings.self_optimizing.groups),
+            kind=ProcessType(args.type) if args.type else None,
+            dry_run=args.dry_run,
+            history=None if args.dry_run else history_store(settings),
+        )
+    if args.json:
+        print_json(result.to_dict())
+        return 0 if result.totals.failures == 0 else EXIT_ERROR
+    if result.plan is not None and (args.dry_run or result.totals.tasks == 0):
+        print(result.plan)
+    kind = result.type or "nothing"
+    print(
+        f"{result.outcome}: {kind} ({result.reason}); tasks={result.totals.tasks} "
+        f"files {result.totals.files_removed} -> {result.totals.files_added}, "
+        f"bytes read {result.totals.bytes_read:,} written {result.totals.bytes_written:,}, "
+        f"conflicts={result.totals.conflicts} failures={result.totals.failures}; "
+        f"fragments {result.before.fragments} -> {result.after.fragments}"
+    )
+    return 0 if result.totals.failures == 0 else EXIT_ERROR
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Per table: state, pending work, group, quota and occupation, last process times, health."""
+    from recluster.engine.api import read_snapshot
+    from recluster.engine.optimizer import history_store, table_status
+
+    settings = settings_of(args)
+    uris = args.table or [t.uri for t in settings.tables]
+    if not uris:
+        raise UsageError("no tables: pass TABLE_URI arguments or list tables in --config")
+    history = history_store(settings)
+    reports = [table_status(read_snapshot(uri, settings=settings), settings=settings, history=history) for uri in uris]
+    if args.json:
+        print_json([r.to_dict() for r in reports])
+        return 0
+    table = Table(
+        "table",
+        "state",
+        "pending",
+        "group",
+        "quota",
+        "occupation",
+        "last minor/major/full/recluster",
+        "fragments",
+        "small-file",
+        "depth",
+    )
+    for report in reports:
+        data = report.to_dict()
+        last = "/".join(
+            str(data["last"].get(k, "-"))[5:16].replace("T", " ") or "-"
+            for k in ("minor", "major", "full", "recluster")
+        )
+        pending = data["pending"] or ("recluster" if data["recluster_pending"] else "-")
+        table.add_row(
+            report.table,
+            str(report.state),
+            pending,
+            report.config.group,
+            f"{report.config.quota:g}",
+            f"{report.occupation:.0%}",
+            last,
+            str(report.health.fragments),
+            f"{report.health.small_file_pressure:.0%}",
+            f"{report.average_depth:.2f}",
+        )
+    Console().print(table)
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """Vacuum, checkpoint, log cleanup and orphan cleanup of one table now (the job does it on a schedule)."""
+    from recluster.delta.maintenance import maintain_table
+    from recluster.engine.api import storage_options_for
+
+    settings = settings_of(args)
+    result = maintain_table(
+        args.table,
+        settings.self_optimizing.maintenance,
+        storage_options=storage_options_for(settings, args.table),
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    verb = "would delete" if result.dry_run else "deleted"
+    checkpoint = "not needed" if result.checkpoint_version is None else f"version {result.checkpoint_version}"
+    print(
+        f"{verb} {len(result.vacuumed)} expired file(s) (retention {result.retention_hours:g} h) and "
+        f"{len(result.orphans.orphans)} orphan(s); checkpoint: {checkpoint}; "
+        f"log cleanup: {'done' if result.log_cleaned else 'skipped'}"
+    )
+    return 0

@@ -1,0 +1,155 @@
+"""`watch`: the long-running streaming job, its tables, its HTTP endpoints and its graceful stop."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from recluster.cli.common import UsageError, print_json, settings_of, updated_section
+from recluster.core.errors import TableError
+from recluster.core.keys import parse_columns
+from recluster.engine.k8s import prepare_event_log_dir, with_kubernetes
+from recluster.settings import (
+    Settings,
+    TableSettings,
+)
+
+if TYPE_CHECKING:
+    from jobs.health import HealthServer
+
+
+def parse_table_spec(spec: str) -> TableSettings:
+    """`URI[:col1,col2]`; a colon followed by a path (s3://...) belongs to the URI."""
+    uri, sep, columns = spec.rpartition(":")
+    if sep and uri and "/" not in columns and columns:
+        return TableSettings(uri=uri, cluster_by=parse_columns(columns))
+    return TableSettings(uri=spec)
+
+
+def merge_tables(configured: Sequence[TableSettings], given: Sequence[TableSettings]) -> list[TableSettings]:
+    """The config file's tables plus `--table` ones; a `--table` naming a configured table keeps that table's
+    storage options and sets only its key (when given)."""
+    from recluster.delta.storage import normalize_uri
+
+    merged = {normalize_uri(t.uri): t for t in configured}
+    for table in given:
+        known = merged.get(normalize_uri(table.uri))
+        if known is not None and table.cluster_by is None:
+            continue
+        update = {"cluster_by": table.cluster_by}
+        merged[normalize_uri(table.uri)] = known.model_copy(update=update) if known is not None else table
+    return list(merged.values())
+
+
+def stream_settings(args: argparse.Namespace) -> Settings:
+    settings = settings_of(args)
+    stream = {
+        name: value
+        for name, value in (
+            ("checkpoint_location", args.checkpoint),
+            ("trigger_interval_seconds", args.trigger_seconds),
+            ("starting_version", args.starting_version),
+        )
+        if value is not None
+    }
+    if args.source is not None:
+        stream["source"] = args.source
+    kafka = {
+        name: value
+        for name, value in (
+            ("bootstrap_servers", args.bootstrap_servers),
+            ("commits_topic", args.commits_topic),
+            ("metrics_topic", args.metrics_topic),
+        )
+        if value is not None
+    }
+    http = {"port": args.http_port} if args.http_port is not None else {}
+    tables = merge_tables(settings.tables, [parse_table_spec(t) for t in args.table or []])
+    return with_kubernetes(
+        settings.model_copy(
+            update={
+                "stream": updated_section(settings.stream, stream),
+                "kafka": updated_section(settings.kafka, kafka),
+                "http": updated_section(settings.http, http),
+                "tables": tables,
+            }
+        )
+    )
+
+
+def run_until_signal(query: Any, handler: Any, seconds: float | None, tick: Callable[[], None]) -> str:
+    """Serve until SIGTERM/SIGINT (or `seconds`), then stop gracefully; returns why it stopped."""
+    import signal
+    import threading
+    import time
+
+    from jobs.autorecluster import stop_gracefully
+
+    stop = threading.Event()
+    reason = ["time"]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        reason[0] = signal.Signals(signum).name
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(0.5)
+            tick()
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        if not query.isActive:
+            error = query.exception()
+            raise TableError(f"streaming query stopped: {error}" if error else "streaming query stopped")
+        stop_gracefully(query, handler)
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
+    return reason[0]
+
+
+def start_http(settings: Settings) -> HealthServer | None:
+    """The /healthz, /readyz, /metrics and /status server when `http.port` is set; bound before Spark starts
+    so a taken port fails fast."""
+    if settings.http.port is None:
+        return None
+    from jobs.health import HealthServer
+
+    try:
+        return HealthServer(settings.http).start()
+    except OSError as error:
+        raise UsageError(f"cannot serve HTTP on {settings.http.host}:{settings.http.port}: {error.strerror}") from None
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from jobs.autorecluster import check_checkpoint_location, start_job
+    from recluster.spark.session import spark_session
+
+    settings = stream_settings(args)
+    if not settings.tables and settings.stream.source != "kafka":
+        raise UsageError("no tables to watch: pass --table URI[:col1,col2] or list tables in --config")
+    check_checkpoint_location(settings.stream.checkpoint_location)  # before Spark starts: one clear line
+    server = start_http(settings)
+    try:
+        prepare_event_log_dir(settings)
+        spark = spark_session(settings.spark, settings.self_optimizing.groups)
+        query, handler = start_job(spark, settings, settings.tables)
+        if server is not None:
+            server.attach(query, handler)
+        where = f"; http on port {server.port}" if server is not None else ""
+        print(
+            f"watching {len(settings.tables)} table(s); checkpoint {settings.stream.checkpoint_location}{where}",
+            file=sys.stderr,
+        )
+        reason = run_until_signal(query, handler, args.seconds, tick=handler.tick)
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"stopped ({reason}); the checkpoint holds the position for a restart", file=sys.stderr)
+    if args.json:
+        print_json({uri: str(status) for uri, status in handler.status.items()})
+    return 0

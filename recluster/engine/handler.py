@@ -1,0 +1,424 @@
+"""The `foreachBatch` handler of the streaming job (DESIGN §7): commit entries in, bounded work out.
+
+Each micro-batch applies every commit's adds/removes to the table's per-level state (initialised from the snapshot
+just before the first commit seen, so a restart rebuilds it from the log), plans when a level's average depth
+exceeds its threshold, runs a bounded budget of merges, and logs one key=value line per table. Our own rewrites
+come back through the log: they update the state but never trigger work by themselves, so the job cannot feed
+itself. Spark is only a duck-typed batch here: the handler needs no pyspark import.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from recluster.core.blocks import LEVEL_CONSTANT
+from recluster.core.errors import TableError
+from recluster.core.metrics import ClusteringState
+from recluster.core.optimizing import (
+    Candidate,
+    OptimizingConfig,
+    ProcessRecord,
+    ProcessStatus,
+    ProcessType,
+    TableHistory,
+    optimizing_config,
+    pending_optimizing,
+    schedule,
+    table_health,
+)
+from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import MergeTask, Policy, Reason, ReclusterPlan, level_threshold
+from recluster.delta.commit import CommitOutcome, CommitStatus, OutcomeTotals
+from recluster.delta.history import compact_small_files, new_process_id
+from recluster.delta.log import PRODUCER, CommitEntry, read_commits
+from recluster.delta.maintenance import maintain_table
+from recluster.delta.snapshot import blocks_from_log_adds, load_snapshot
+from recluster.delta.storage import normalize_uri, require_safe_commits
+from recluster.engine.api import open_checked_table
+from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable, add_amounts
+from recluster.engine.optimizer import history_of, history_store, recluster_plan, run_process
+from recluster.engine.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
+from recluster.engine.rounds import SnapshotLoader, selection_bounds
+from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection, table_storage_options
+
+log = logging.getLogger("recluster.job")
+
+
+class ReclusterHandler:
+    """The `foreachBatch` function: commit events in, bounded recluster work out."""
+
+    def __init__(self, settings: Settings, tables: Sequence[TableSettings], spark: Any) -> None:
+        self.settings = settings
+        self.configured = {normalize_uri(t.uri): t for t in tables}
+        self.spark = spark
+        self.tracked: dict[str, TrackedTable] = {}
+        self.status: dict[str, TableStatus] = {}
+        self.stopping = threading.Event()
+        self.idle = threading.Event()
+        self.idle.set()
+        self.listeners: list[Callable[[TableStatus], None]] = []
+        kafka = settings.kafka
+        self.metrics = BufferedPublisher(kafka, kafka.metrics_topic) if kafka.metrics_topic else None
+        self.skipped_events = 0
+        self.history = history_store(settings)
+        self.lock = threading.Lock()
+        """Serializes micro-batches and `tick` (they run on different threads)."""
+        self.last_tick = 0.0
+        self.history_maintained = 0.0
+        self.last_batch_time: float | None = None
+        """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
+
+    def options(self, uri: str) -> dict[str, str]:
+        return dict(table_storage_options(self.settings, self.configured.get(uri)))
+
+    def _track(self, uri: str, version: int | None) -> TrackedTable:
+        """State at `version` (None: latest) from the snapshot; the key comes from config or the table."""
+        table, key, options = open_checked_table(uri, settings=self.settings)
+        require_safe_commits(uri, options, self.settings.commit.allow_unsafe_single_writer)
+        if version is not None and version >= 0:
+            table.load_as_version(version)
+        snapshot = load_snapshot(table, key, uri=uri, storage_options=options)
+        blocks = snapshot.blocks if version is None or version >= 0 else ()
+        return TrackedTable(
+            uri,
+            key,
+            snapshot.partition_columns,
+            dict(snapshot.properties),
+            ClusteringState(blocks),
+            snapshot.version if version is None or version >= 0 else -1,
+            snapshot.data_schema,
+            dict(options),
+        )
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.idle.clear()
+        try:
+            rows = [r.asDict() for r in frame.collect()]
+            if self.settings.stream.source == "kafka":
+                commits = self._log_commits_for_events(rows)
+            else:
+                commits = [CommitEntry.from_row(row) for row in rows]
+            by_table: dict[str, list[CommitEntry]] = {}
+            for commit in sorted(commits, key=lambda c: (c.table, c.version)):
+                by_table.setdefault(commit.table, []).append(commit)
+            with self.lock:
+                touched = {uri: self._apply(uri, events) for uri, events in by_table.items()}
+                self._publish_records(self._run_scheduled({u: f for u, f in touched.items() if f is not None}))
+        finally:
+            self.last_batch_time = time.time()
+            self.idle.set()
+
+    def tick(self) -> None:
+        """Time-based work between micro-batches (a quiet table gets no batch): interval triggers of
+        minor/full optimizing and scheduled maintenance. Called from the job's main loop."""
+        now = time.monotonic()
+        if self.stopping.is_set() or now - self.last_tick < self.settings.self_optimizing.tick_seconds:
+            return
+        self.last_tick = now
+        if not self.lock.acquire(blocking=False):
+            return  # a micro-batch is running: it schedules the same work
+        self.idle.clear()
+        try:
+            self._publish_records(self._run_scheduled({}))
+            self._maintain_due()
+        finally:
+            self.lock.release()
+            self.idle.set()
+
+    def _publish_records(self, records: Sequence[MetricsRecord]) -> None:
+        if self.metrics is not None and records:
+            self.metrics.publish((r.table, r.model_dump_json()) for r in records)
+
+    def _run_scheduled(self, touched: Mapping[str, bool]) -> list[MetricsRecord]:
+        """One scheduling pass over every tracked table (DESIGN §8): reclustering and optimizing share the
+        optimizer groups; per group the policy orders tables with due work, a table over its quota waits.
+        `touched` maps tables with new commits in this batch to whether a commit was not ours."""
+        now = time.time()
+        due: dict[str, tuple[TrackedTable, OptimizingConfig, ProcessType, str, ReclusterPlan | None]] = {}
+        candidates = []
+        for uri, tracked in list(self.tracked.items()):
+            config = self._config(tracked)
+            if config is None:
+                continue
+            past = history_of(self.history, uri, self.settings, now)
+            kind, reason, plan = self._due(tracked, config, touched.get(uri, False), past, now)
+            if kind is None:
+                continue
+            due[uri] = (tracked, config, kind, reason, plan)
+            candidates.append(Candidate(uri, config.group, config.quota, kind, past.busy_seconds, past.last_optimized))
+        run, waiting = schedule(
+            candidates,
+            self.settings.self_optimizing.groups,
+            window_seconds=self.settings.self_optimizing.quota_window_seconds,
+        )
+        records = []
+        for candidate in run:
+            if self.stopping.is_set():
+                break
+            tracked, config, kind, reason, plan = due[candidate.table]
+            records.append(self._decide(tracked, config, kind, reason, plan))
+        for candidate in waiting:
+            tracked, config, kind, _, _ = due[candidate.table]
+            tracked.pending = True
+            log.info("recluster table=%s reason=over_quota work=%s group=%s", candidate.table, kind, config.group)
+            records.append(self._decide(tracked, config, None, "over_quota"))
+        decided = {c.table for c in run} | {c.table for c in waiting}
+        for uri in touched:
+            if uri not in decided and uri in self.tracked:
+                config = self._config(self.tracked[uri])
+                records.append(self._decide(self.tracked[uri], config, None, "within_threshold"))
+        return records
+
+    def _config(self, tracked: TrackedTable) -> OptimizingConfig | None:
+        """The table's self-optimizing config from its properties; a malformed property is reported and
+        the table is left alone until it is fixed (a property change reloads the table)."""
+        try:
+            resolve_selection(self.settings.selection, tracked.properties)  # a bad recluster.policy, too
+            return optimizing_config(tracked.properties, self.settings.self_optimizing)
+        except SettingsError as error:
+            self._publish(TableStatus(tracked.uri, tracked.version, (), 1.0, error=str(error)))
+            log.error("recluster table=%s reason=bad_property error=%s", tracked.uri, error)
+            return None
+
+    def _due(
+        self, tracked: TrackedTable, config: OptimizingConfig, foreign: bool, past: TableHistory, now: float
+    ) -> tuple[ProcessType | None, str, ReclusterPlan | None]:
+        """Reclustering first (new foreign commits or work left over; its plan is returned to be run as is),
+        then the optimizing triggers."""
+        if self.stopping.is_set():
+            return None, "stopping", None
+        if config.recluster_enabled and tracked.version < tracked.awaiting_version:
+            return None, "awaiting_own_commit", None  # a plan on this state would redo our last rewrite
+        if config.recluster_enabled and (foreign or tracked.pending):
+            snapshot = tracked.snapshot()
+            plan = recluster_plan(snapshot, self.settings)
+            if not plan.empty:
+                return ProcessType.RECLUSTER, str(Reason.DEPTH_ABOVE_THRESHOLD), plan
+            tracked.pending = False
+        pending = pending_optimizing(table_health(tracked.state.blocks, config), config, past, now=now)
+        return pending.type, pending.reason, None
+
+    def _maintain_history(self) -> None:
+        """The history table gets one small file per process: compact it and expire old versions too."""
+        location, options = self.history.location, self.history.storage_options
+        try:
+            removed = compact_small_files(location, options)
+            if removed:
+                maintain_table(location, self.settings.self_optimizing.maintenance, storage_options=options)
+        except (TableError, OSError) as error:
+            log.error("recluster maintain history=%s error=%s", location, error)
+
+    def _maintain_due(self) -> None:
+        """Maintenance of every tracked table whose last one is older than the maintenance interval."""
+        maintenance = self.settings.self_optimizing.maintenance
+        if maintenance.interval_seconds <= 0:
+            return
+        now = time.time()
+        for uri, tracked in list(self.tracked.items()):
+            config = self._config(tracked)
+            if self.stopping.is_set() or config is None or not config.enabled:
+                continue
+            last = history_of(self.history, uri, self.settings, now).last.get(ProcessType.MAINTENANCE, 0.0)
+            if now - last < maintenance.interval_seconds:
+                continue
+            record = ProcessRecord(new_process_id(), uri, ProcessType.MAINTENANCE, config.group, now)
+            self.history.append(record)
+            try:
+                result = maintain_table(uri, maintenance, storage_options=self.options(uri))
+                log.info(
+                    "recluster maintain table=%s vacuumed=%d orphans=%d checkpoint=%s",
+                    uri,
+                    len(result.vacuumed),
+                    len(result.orphans.orphans),
+                    result.checkpoint_version,
+                )
+                self.history.append(record.finished(time.time(), ProcessStatus.SUCCESS, files_in=len(result.vacuumed)))
+            except (TableError, OSError) as error:
+                log.error("recluster maintain table=%s error=%s", uri, error)
+                self.history.append(record.finished(time.time(), ProcessStatus.FAILED, error=str(error)))
+        if now - self.history_maintained >= maintenance.interval_seconds:
+            self.history_maintained = now
+            self._maintain_history()
+
+    def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[CommitEntry]:
+        """Kafka events only name (table, version): read the real commits from the Delta log, from the
+        state's version up to the newest version announced. Duplicate, late or out-of-order events are
+        harmless; malformed ones are counted, logged and skipped."""
+        malformed = [e for e in events if e["error"]]
+        for event in malformed:
+            log.warning(
+                "recluster reason=malformed_event partition=%s offset=%s error=%s",
+                event["kafka_partition"],
+                event["kafka_offset"],
+                event["error"],
+            )
+        self.skipped_events = len(malformed)
+        newest: dict[str, tuple[int, int]] = {}
+        for event in events:
+            if event["error"]:
+                continue
+            uri = normalize_uri(event["table"])
+            if self.configured and uri not in self.configured:
+                continue  # a job serves its configured tables; with none configured it serves every table
+            low, high = newest.get(uri, (event["version"], event["version"]))
+            newest[uri] = (min(low, event["version"]), max(high, event["version"]))
+        commits: list[CommitEntry] = []
+        for uri, (low, high) in newest.items():
+            tracked = self.tracked.get(uri)
+            first = tracked.version + 1 if tracked else low
+            if high >= first:
+                commits.extend(read_commits(uri, first, high, self.options(uri)))
+        return commits
+
+    def _apply(self, uri: str, events: list[CommitEntry]) -> bool | None:
+        """Apply a table's new commits to its state; True when one of them was not ours, None on error."""
+        try:
+            tracked = self.tracked.get(uri)
+            if tracked is None:
+                tracked = self.tracked[uri] = self._initial_state(uri, events[0].version)
+            fresh = [e for e in events if e.version > tracked.version]  # older: replayed after a restart
+            foreign = [e for e in fresh if e.producer != PRODUCER]
+            add_amounts(tracked.totals, appended=sum(e.bytes_added for e in foreign))
+            for event in fresh:
+                if event.is_gap or event.metadata_changed or event.version != tracked.version + 1:
+                    if event.is_gap:
+                        log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event.version)
+                    totals = tracked.totals
+                    tracked = self.tracked[uri] = self._track(uri, None)
+                    tracked.totals = totals
+                    break
+                added = blocks_from_log_adds(event.adds, tracked.key, tracked.partition_columns, uri, self.options(uri))
+                tracked.state.apply(added, event.removes)
+                tracked.version = event.version
+            return bool(foreign)
+        except TableError as error:
+            self.tracked.pop(uri, None)
+            status = TableStatus(uri, events[-1].version, (), 1.0, error=str(error))
+            self._publish(status)
+            log.error("recluster table=%s reason=table_error error=%s", uri, error)
+            return None
+
+    def _initial_state(self, uri: str, first_version: int) -> TrackedTable:
+        """State just before the first commit this job sees; the latest if that version was cleaned up."""
+        try:
+            return self._track(uri, first_version - 1)
+        except TableError:
+            raise
+        except Exception as error:  # delta-rs raises several kinds when an old version is gone
+            log.warning(
+                "recluster table=%s reason=version_gone version=%d error=%s: starting from the latest snapshot",
+                uri,
+                first_version - 1,
+                error,
+            )
+            return self._track(uri, None)
+
+    def _budgeted(self, plan: ReclusterPlan) -> tuple[ReclusterPlan, bool]:
+        """The plan cut to the per-batch budget of tasks and bytes; True when work was left out."""
+        stream = self.settings.stream
+        chosen: list[MergeTask] = []
+        spent = 0
+        for task in plan.tasks:
+            if len(chosen) >= stream.max_tasks_per_batch or (
+                chosen and spent + task.bytes > stream.max_bytes_per_batch
+            ):
+                break
+            chosen.append(task)
+            spent += task.bytes
+        return replace(plan, tasks=tuple(chosen)), len(chosen) < len(plan.tasks)
+
+    def _decide(
+        self,
+        tracked: TrackedTable,
+        config: OptimizingConfig | None,
+        kind: ProcessType | None,
+        reason: str,
+        recluster: ReclusterPlan | None = None,
+    ) -> MetricsRecord:
+        """Run the scheduled process `kind` (None: nothing this time; a recluster runs the plan `_due` made)
+        and report the table's state."""
+        snapshot = tracked.snapshot()
+        bounds = selection_bounds(self.settings, snapshot, None)
+        started = time.monotonic()
+        outcomes: list[CommitOutcome] = []
+        batch = OutcomeTotals()
+        pending = tracked.pending if kind is None else False
+        beta = bounds.beta if bounds.policy is Policy.ABSORB else None
+        if kind is not None and config is not None and not self.stopping.is_set():
+            plan = None
+            if kind is ProcessType.RECLUSTER:
+                planned = recluster or select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds)
+                plan, pending = self._budgeted(planned)
+                beta = plan.beta
+            loader = SnapshotLoader(tracked.uri, tracked.key, tracked.partition_columns, tracked.storage_options)
+            _, outcomes, batch = run_process(
+                kind,
+                snapshot,
+                loader,
+                settings=self.settings,
+                config=config,
+                spark_factory=lambda: self.spark,
+                history=self.history,
+                plan=plan,
+            )
+            # A sliced absorb resumes in the next batch without waiting for a new commit.
+            resume = bounds.policy is Policy.ABSORB and batch.tasks > 0
+            pending = pending or resume or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
+        tracked.pending = pending
+        committed = [o.version for o in outcomes if o.status is CommitStatus.COMMITTED and o.version is not None]
+        tracked.awaiting_version = max([tracked.awaiting_version, *committed])
+        add_amounts(
+            tracked.totals,
+            tasks=batch.tasks,
+            written=batch.bytes_written,
+            conflicts=batch.conflicts,
+            failures=batch.failures,
+        )
+        info = tracked.state.info()
+        levels = tuple(
+            LevelStatus(level, m.total_block_count, m.average_depth, level_threshold(m.total_block_count, bounds))
+            for level, m in info.levels.items()
+            if level != LEVEL_CONSTANT
+        )
+        status = TableStatus(
+            tracked.uri,
+            tracked.version,
+            levels,
+            info.table.average_depth,
+            tasks=tracked.totals.get("tasks", 0),
+            conflicts=tracked.totals.get("conflicts", 0),
+            failures=tracked.totals.get("failures", 0),
+            bytes_written=tracked.totals.get("written", 0),
+            bytes_appended=tracked.totals.get("appended", 0),
+            pending=pending,
+            policy=bounds.policy,
+        )
+        self._publish(status)
+        log.info("%s", status)
+        return metrics_record(
+            tracked.uri,
+            tracked.version,
+            info,
+            {s.level: s.threshold for s in levels},
+            BatchActions(**vars(batch), duration_seconds=time.monotonic() - started),
+            pending=pending,
+            policy=str(bounds.policy),
+            beta=beta,
+            reasons=[str(o.task.reason) for o in outcomes] or [reason],
+            errors=[f"{o.status}: {o.reason}" for o in outcomes if o.status is not CommitStatus.COMMITTED],
+            skipped_events=self.skipped_events,
+            deletions=(
+                sum(b.has_deletion_vector for b in tracked.state.blocks),
+                sum(b.deleted_rows for b in tracked.state.blocks),
+            ),
+        )
+
+    def _publish(self, status: TableStatus) -> None:
+        self.status[status.table] = status
+        for listener in self.listeners:
+            listener(status)

@@ -1,0 +1,114 @@
+"""What the streaming job keeps per table between micro-batches, and the status it reports."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from recluster.core.keys import ClusterKey
+from recluster.core.metrics import ClusteringState
+from recluster.core.selection.plan import Policy
+from recluster.delta.snapshot import TableSnapshot
+
+log = logging.getLogger("recluster.job")
+
+
+@dataclass(frozen=True, slots=True)
+class LevelStatus:
+    level: int
+    blocks: int
+    average_depth: float
+    threshold: float
+
+
+@dataclass(frozen=True, slots=True)
+class TableStatus:
+    """What the job has done for one table: shown by `demo`, logged once per micro-batch.
+
+    tasks, conflicts, failures and bytes are totals since the job started; depth and levels are the state
+    at `version` (a batch's own merges show up in the next batch, when their commit comes back).
+    """
+
+    table: str
+    version: int
+    levels: tuple[LevelStatus, ...]
+    average_depth: float
+    tasks: int = 0
+    conflicts: int = 0
+    failures: int = 0
+    bytes_written: int = 0
+    bytes_appended: int = 0
+    pending: bool = False
+    error: str | None = None
+    policy: str = Policy.LEVELS
+    """The selection policy serving the table (settings, or its `recluster.policy` property)."""
+
+    def __str__(self) -> str:
+        levels = " ".join(f"L{s.level}={s.blocks}/{s.average_depth:.2f}/{s.threshold:.1f}" for s in self.levels)
+        text = (
+            f"recluster table={self.table} version={self.version} policy={self.policy} depth={self.average_depth:.3f} "
+            f"levels[blocks/avg/threshold]=({levels}) tasks={self.tasks} conflicts={self.conflicts} "
+            f"written={self.bytes_written} appended={self.bytes_appended} pending={self.pending}"
+        )
+        return text + (f" error={self.error!r}" if self.error else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready status, as served by the job's /status endpoint."""
+        return {
+            "table": self.table,
+            "version": self.version,
+            "policy": self.policy,
+            "average_depth": self.average_depth,
+            "levels": [
+                {"level": s.level, "blocks": s.blocks, "average_depth": s.average_depth, "threshold": s.threshold}
+                for s in self.levels
+            ],
+            "totals": {
+                "merges": self.tasks,
+                "conflicts": self.conflicts,
+                "failures": self.failures,
+                "bytes_written": self.bytes_written,
+                "bytes_appended": self.bytes_appended,
+            },
+            "pending": self.pending,
+            "error": self.error,
+        }
+
+
+@dataclass
+class TrackedTable:
+    """The job's view of one table: key, layout and the incremental clustering state at `version`."""
+
+    uri: str
+    key: ClusterKey
+    partition_columns: tuple[str, ...]
+    properties: dict[str, str]
+    state: ClusteringState
+    version: int
+    data_schema: pa.Schema
+    storage_options: dict[str, str] = field(repr=False)
+    pending: bool = False
+    awaiting_version: int = -1
+    """The last version our own rewrites committed: no new plan until the state has caught up with it."""
+    totals: dict[str, int] = field(default_factory=dict)
+    """Since the job started: tasks, conflicts, failures, bytes written and bytes appended (kept on reload)."""
+
+    def snapshot(self) -> TableSnapshot:
+        return TableSnapshot(
+            self.uri,
+            self.version,
+            self.key,
+            self.partition_columns,
+            tuple(self.state.blocks),
+            self.properties,
+            self.data_schema,
+            self.storage_options,
+        )
+
+
+def add_amounts(totals: dict[str, int], **amounts: int) -> None:
+    for name, amount in amounts.items():
+        totals[name] = totals.get(name, 0) + int(amount)
