@@ -27,7 +27,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from bench.merge_bench import log, machine, markdown_table, quick_cli, write_results
 from recluster.core.blocks import WrittenFile
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
-from recluster.delta.commit import commit_rewrite
+from recluster.delta.commit import RewriteCommit, commit_rewrite
 from recluster.delta.snapshot import load_snapshot
 
 KEY = ClusterKey((KeyColumn("k", KeyType.INTEGER),))
@@ -55,7 +55,7 @@ def rewrite_actions(path: Path) -> tuple[Any, list[WrittenFile]]:
 def ours(path: Path) -> float:
     snapshot, added = rewrite_actions(path)
     started = time.perf_counter()
-    commit_rewrite(str(path), {}, snapshot.version, snapshot.blocks[:REMOVED], added, {"bench": "1"})
+    commit_rewrite(RewriteCommit(str(path), snapshot.version, snapshot.blocks[:REMOVED], tuple(added), "bench"), {})
     return time.perf_counter() - started
 
 

@@ -26,7 +26,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
 from bench.merge_bench import SUMMARY_HEADERS, log, markdown_table, summary_records, write_results
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
 
 MB = 1 << 20

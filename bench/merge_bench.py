@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings, SparkSettings
 
@@ -271,7 +271,8 @@ def throughput(spark: Any, work: Path, files_count: int, rows_per_file: int, rep
         rows_after = parquet_rows(table, [p for p, _, _ in after])
         log(
             f"throughput: run {attempt + 1}: raw {raw_times[-1]:.1f} s, recluster {seconds:.1f} s "
-            f"(rounds={result.rounds} tasks={result.tasks} files {result.files_removed}->{result.files_added} "
+            f"(rounds={result.rounds} tasks={result.totals.tasks} "
+            f"files {result.totals.files_removed}->{result.totals.files_added} "
             f"stop={result.stop_reason} depth {result.before.table.average_depth:.1f}->"
             f"{result.after.table.average_depth:.2f})"
         )
@@ -332,9 +333,9 @@ def write_amplification(spark: Any, work: Path, appends: int, rows: int) -> dict
                 "append": i + 1,
                 "appended_bytes": appended,
                 "table_bytes_after_append": table_bytes,
-                "bytes_written": result.bytes_written,
-                "bytes_read": result.bytes_read,
-                "tasks": result.tasks,
+                "bytes_written": result.totals.bytes_written,
+                "bytes_read": result.totals.bytes_read,
+                "tasks": result.totals.tasks,
                 "seconds": seconds,
                 "average_depth": result.after.table.average_depth,
                 "files": result.after.table.total_block_count,

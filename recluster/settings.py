@@ -118,8 +118,11 @@ class SparkSettings(_Section):
 
 
 class CommitSettings(_Section):
-    max_attempts: int = Field(3, ge=1)
-    """Commit attempts per task; a conflict with a concurrent delete/update is not retried in place."""
+    max_attempts: int = Field(20, ge=1)
+    """Attempts of one commit: each follows another writer's commit that took our version, or a storage error
+    (backed off); a conflict with a concurrent delete/update is final, never retried in place."""
+    deadline_seconds: float = Field(120.0, gt=0)
+    """A commit not written within this time gives up (its outputs are deleted, the next round re-plans)."""
     backoff_seconds: float = Field(0.5, ge=0)
     max_backoff_seconds: float = Field(8.0, ge=0)
     allow_unsafe_single_writer: bool = False

@@ -20,7 +20,7 @@ from recluster import cli
 from recluster.core.blocks import Block, data_file_name, parse_data_file_name
 from recluster.core.selection.absorb import decide_absorb, effective_beta, file_age, recover_runs
 from recluster.core.selection.plan import Policy, Reason, SelectionBounds
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.engine.publish import MetricsRecord
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import (
@@ -286,9 +286,9 @@ def test_seeded_appends_and_sliced_absorbs_keep_every_row(tmp_path: Path, spark)
         for _round in range(12):
             loader = snapshot_loader(str(path), SLICED, None)  # a new loader each round: state from the log only
             result = recluster_table(str(path), loader, settings=SLICED, spark_factory=lambda: spark)
-            assert result.failures == 0 and result.policy == "absorb"
+            assert result.totals.failures == 0 and result.policy == "absorb"
             reasons += [line.split("reason=")[1].split()[0] for p in result.plans for line in str(p).splitlines()[1:]]
-            if result.tasks == 0:
+            if result.totals.tasks == 0:
                 break
     expected = pa.concat_tables(appended)
     actual = DeltaTable(str(path)).to_pyarrow_table().select(expected.column_names)
@@ -370,7 +370,7 @@ def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]
     """A one-file table and `rewrite(name)`: a rewrite of that file into a copy named `name`, planned at the
     table's first version (as every concurrent rewrite of it would be)."""
     from recluster.core.blocks import WrittenFile
-    from recluster.delta.commit import commit_rewrite
+    from recluster.delta.commit import RewriteCommit, commit_rewrite
 
     path = tmp_path / "t"
     data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
@@ -384,7 +384,7 @@ def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]
 
     def rewrite(name: str) -> int:
         output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
-        return commit_rewrite(str(path), {}, snapshot.version, [block], [output], {"name": name})
+        return commit_rewrite(RewriteCommit(str(path), snapshot.version, (block,), (output,), name), {})
 
     return path, data, rewrite
 

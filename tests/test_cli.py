@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.engine.demo import DEMO_KEY, append_demo_batch
 from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.helpers import METRIC_KEYS

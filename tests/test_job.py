@@ -15,7 +15,7 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.errors import TableError
 from recluster.core.metrics import clustering_info
 from recluster.core.selection.plan import level_threshold
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.engine.api import read_snapshot
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,

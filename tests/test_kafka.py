@@ -17,7 +17,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.metrics import clustering_info
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.delta.snapshot import load_snapshot
 from recluster.engine.publish import MetricsRecord, commit_event_json
 from recluster.settings import (

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recluster.core.keys import format_columns, parse_columns
-from recluster.delta.commit import set_table_properties, write_commit
+from recluster.delta.log_writer import set_table_properties, write_commit
 from recluster.delta.storage import put_if_absent
 
 

@@ -11,8 +11,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.blocks import parse_data_file_name
+from recluster.core.outcomes import CommitStatus
 from recluster.core.selection import select_merge_tasks
-from recluster.delta.commit import CommitStatus, commit_task, set_table_properties
+from recluster.delta.commit import commit_task
+from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader, write_task
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings
 from tests.helpers import row_multiset
@@ -69,7 +71,7 @@ def test_final_on_random_appends_then_incremental_round(tmp_path, spark):
     assert result.after.table.average_depth <= 2.0
     assert result.after.table.p99_depth <= 4
     assert result.stop_reason == "within_threshold"
-    assert result.conflicts == 0 and result.failures == 0
+    assert result.totals.conflicts == 0 and result.totals.failures == 0
     after = DeltaTable(str(table))
     assert row_multiset(after.to_pyarrow_table()) == before_rows
     # Spark reads the same rows from the live files (no Delta jar needed: plain Parquet of the snapshot)
@@ -112,7 +114,7 @@ def test_final_on_well_clustered_table_does_nothing(tmp_path, spark):
         append(table, pa.table({"k": pa.array(range(start, start + 1_000), pa.int64())}))
     version = DeltaTable(str(table)).version()
     result = run(table, spark, final=True)
-    assert result.rounds == 0 and result.tasks == 0
+    assert result.rounds == 0 and result.totals.tasks == 0
     assert DeltaTable(str(table)).version() == version
 
 
@@ -150,7 +152,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
     assert not any(os.path.exists(os.path.join(table, f.path)) for f in written)
     # the next round re-plans on the new snapshot and succeeds
     result = run(table, spark, final=True)
-    assert result.conflicts == 0 and result.tasks >= 1
+    assert result.totals.conflicts == 0 and result.totals.tasks >= 1
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
 
 
@@ -254,7 +256,7 @@ def test_where_limits_candidates_by_stats(tmp_path, spark):
     snapshot = snapshot_loader(str(table), SETTINGS, None)()
     predicate = parse_predicate("k >= 1000 AND k < 1500", snapshot.key, snapshot.partition_columns)
     result = run(table, spark, final=True, block_filter=predicate.may_match)
-    assert result.files_removed == 2
+    assert result.totals.files_removed == 2
     levels = sorted(parse_data_file_name(p).level if parse_data_file_name(p) else 0 for p in live_files(table))
     assert levels == [0, 0, 0, 0, 1]
 

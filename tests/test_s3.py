@@ -27,9 +27,11 @@ from deltalake import DeltaTable, write_deltalake
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.blocks import parse_data_file_name
 from recluster.core.errors import TableError
+from recluster.core.outcomes import CommitStatus
 from recluster.core.selection import select_merge_tasks
-from recluster.delta.commit import CommitStatus, commit_task, set_table_properties
+from recluster.delta.commit import commit_task
 from recluster.delta.log import LOG_GAP, read_commits
+from recluster.delta.log_writer import set_table_properties
 from recluster.delta.maintenance import clean_orphans, find_orphans, maintain_table
 from recluster.delta.storage import last_checkpoint_version
 from recluster.engine.api import table_info
@@ -229,7 +231,7 @@ def test_info_and_final_recluster_on_s3(s3, spark):
 
     result = run(uri, spark, settings, final=True)
 
-    assert result.stop_reason == "within_threshold" and result.conflicts == 0 and result.failures == 0
+    assert result.stop_reason == "within_threshold" and result.totals.conflicts == 0 and result.totals.failures == 0
     assert result.after.table.average_depth == 1.0
     assert row_multiset(read_back(s3, uri)) == before_rows
     live = pa.table(DeltaTable(uri, storage_options=s3.options()).get_add_actions(flatten=True)).to_pylist()
@@ -260,7 +262,7 @@ def test_pyarrow_reader_equals_spark_reader_on_local_files(tmp_path, spark):
     expected = row_multiset(DeltaTable(path).to_pyarrow_table())
     settings = Settings(spark=SparkSettings(data_reader="pyarrow"), clustering=ClusteringSettings(target_rows=600))
     result = run(path, spark, settings, final=True)
-    assert result.tasks >= 1 and result.after.table.average_depth == 1.0
+    assert result.totals.tasks >= 1 and result.after.table.average_depth == 1.0
     assert row_multiset(DeltaTable(path).to_pyarrow_table()) == expected
 
 
@@ -295,7 +297,7 @@ def test_concurrent_delete_during_merge_on_s3_wins(s3, spark):
     left = {key["Key"] for key in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix)["Contents"]}
     assert not any(k.endswith(f.path) for k in left for f in written)  # our outputs were deleted
     result = run(uri, spark, settings, final=True)  # the next round re-plans on the new snapshot
-    assert result.conflicts == 0 and result.tasks >= 1
+    assert result.totals.conflicts == 0 and result.totals.tasks >= 1
     assert row_multiset(read_back(s3, uri)) == expected
     assert not pc.any(pc.equal(read_back(s3, uri)["batch"], 1)).as_py()  # deleted rows stay deleted
 

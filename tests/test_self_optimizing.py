@@ -14,9 +14,9 @@ from deltalake import DeltaTable, write_deltalake
 from recluster.cli import main
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import ProcessStatus, ProcessType
-from recluster.delta.commit import set_table_properties
 from recluster.delta.history import records_from_arrow
 from recluster.delta.log import PRODUCER, PRODUCER_KEY
+from recluster.delta.log_writer import set_table_properties
 from recluster.delta.maintenance import maintain_table
 from recluster.engine.api import read_snapshot
 from recluster.settings import (

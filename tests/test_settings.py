@@ -72,7 +72,7 @@ def test_defaults() -> None:
     assert settings.clustering.max_merge_bytes == 4 * GIB
     assert settings.clustering.max_merge_files == 512
     assert settings.spark.master == "local[*]"
-    assert settings.commit.max_attempts == 3
+    assert settings.commit.max_attempts == 20 and settings.commit.deadline_seconds == 120.0
     assert settings.stream.starting_version == "latest"
     assert settings.tables == []
     assert settings.storage_options == {}

@@ -24,7 +24,7 @@ from recluster.core.blocks import LEVEL_CONSTANT, data_file_name, new_run_id
 from recluster.core.errors import TableError
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType, key_fingerprint
 from recluster.delta import snapshot as table_module
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.delta.snapshot import blocks_from_actions
 from recluster.engine.api import read_snapshot, table_info
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings

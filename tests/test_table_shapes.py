@@ -19,7 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 import recluster.delta.commit as log_commit
 from recluster.cli import main
 from recluster.core.optimizing import ProcessType
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.delta.replay import replay_log
 from recluster.engine.api import table_info
 from recluster.engine.optimizer import optimize_table
@@ -98,7 +98,7 @@ def test_final_on_a_deletion_vector_table_writes_only_live_rows(dv_source: Path,
     assert len(live_vectors(path)) == 25
     set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     result = final(path, spark)
-    assert result.failures == 0 and result.conflicts == 0
+    assert result.totals.failures == 0 and result.totals.conflicts == 0
     assert_same_rows_everywhere(path, expected)
     assert shape(path) == before
     assert live_vectors(path) == {}
@@ -191,7 +191,7 @@ def test_a_delete_adding_a_vector_to_an_input_during_a_rewrite_wins(
     settings = Settings()
     loader = snapshot_loader(str(path), settings, None)
     result = recluster_table(str(path), loader, settings=settings, spark_factory=lambda: spark, final=True)
-    assert fired and result.conflicts >= 1
+    assert fired and result.totals.conflicts >= 1
     expected = rows_digest(read_with_delta_rs(str(path)))  # the delete's view: five more rows gone
     monkeypatch.undo()
     final(path, spark)
@@ -226,7 +226,7 @@ def test_column_names_with_dots_spaces_and_commas(tmp_path: Path, spark: Any, ke
         write_deltalake(str(path), pa.table(rows), mode="append")
     expected = rows_digest(read_with_delta_rs(str(path)))
     result = final(path, spark, cluster_by=key)
-    assert result.tasks >= 1
+    assert result.totals.tasks >= 1
     assert_same_rows_everywhere(path, expected)
 
 

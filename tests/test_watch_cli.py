@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.helpers import row_multiset
 

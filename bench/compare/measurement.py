@@ -221,11 +221,11 @@ def run_strategy(
         "recluster": (
             {
                 "rounds": sum(r.rounds for r in recluster),
-                "tasks": sum(r.tasks for r in recluster),
-                "files_removed": sum(r.files_removed for r in recluster),
-                "files_added": sum(r.files_added for r in recluster),
-                "conflicts": sum(r.conflicts for r in recluster),
-                "failures": sum(r.failures for r in recluster),
+                "tasks": sum(r.totals.tasks for r in recluster),
+                "files_removed": sum(r.totals.files_removed for r in recluster),
+                "files_added": sum(r.totals.files_added for r in recluster),
+                "conflicts": sum(r.totals.conflicts for r in recluster),
+                "failures": sum(r.totals.failures for r in recluster),
                 "stop_reasons": sorted({r.stop_reason for r in recluster}),
                 "final_levels": {str(level): m.total_block_count for level, m in recluster[-1].after.levels.items()},
             }

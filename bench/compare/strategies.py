@@ -81,7 +81,7 @@ def recluster_round(
             beta=beta,
         )
         ctx.results.append(result)
-        return result.bytes_written
+        return result.totals.bytes_written
 
     return run
 

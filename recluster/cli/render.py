@@ -57,10 +57,11 @@ def render_result(result: ReclusterResult, out: Console) -> None:
     if result.stop_reason == "dry_run" or not result.rounds:
         for plan in result.plans:
             out.print(str(plan), markup=False, highlight=False)
+    totals = result.totals
     out.print(
-        f"rounds={result.rounds} tasks={result.tasks} files -{result.files_removed} +{result.files_added} "
-        f"read={result.bytes_read / 1e6:.1f}MB written={result.bytes_written / 1e6:.1f}MB "
-        f"rows={result.rows_rewritten:,} conflicts={result.conflicts} policy={result.policy} "
+        f"rounds={result.rounds} tasks={totals.tasks} files -{totals.files_removed} +{totals.files_added} "
+        f"read={totals.bytes_read / 1e6:.1f}MB written={totals.bytes_written / 1e6:.1f}MB "
+        f"rows={totals.rows_rewritten:,} conflicts={totals.conflicts} policy={result.policy} "
         f"stop={result.stop_reason} "
         f"({result.seconds:.1f}s)",
         markup=False,

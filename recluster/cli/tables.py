@@ -100,13 +100,13 @@ def recluster_and_report(
         print_json(result.to_dict())
     else:
         render_result(result, Console())
-    return 0 if result.failures == 0 else EXIT_ERROR
+    return 0 if result.totals.failures == 0 else EXIT_ERROR
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from recluster.core.keys import format_columns
     from recluster.core.sql import ClusterByStatement, parse_statement
-    from recluster.delta.commit import set_table_properties
+    from recluster.delta.log_writer import set_table_properties
     from recluster.delta.snapshot import open_table, resolve_cluster_key
     from recluster.delta.storage import require_safe_commits
     from recluster.engine.api import storage_options_for

@@ -19,6 +19,8 @@ LOG_GAP = "LOG_GAP"
 
 PRODUCER = "recluster"
 PRODUCER_KEY = "recluster.producer"
+TASK_ID_KEY = "recluster.taskId"
+"""commitInfo key of a rewrite's task id: a retry after a storage error finds its own earlier commit by it."""
 """commitInfo key our rewrites carry: triggers and the job recognise (and skip) our own commits by it."""
 
 SCHEMA = (

@@ -10,7 +10,7 @@ from deltalake import write_deltalake
 from deltalake.exceptions import DeltaError
 
 from recluster.core.errors import TableError, first_line
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
 
 DEMO_KEY = "event_id"

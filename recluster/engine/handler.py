@@ -31,16 +31,16 @@ from recluster.core.optimizing import (
     schedule,
     table_health,
 )
+from recluster.core.outcomes import CommitOutcome, CommitStatus, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
-from recluster.core.selection.plan import MergeTask, Policy, Reason, ReclusterPlan, level_threshold
-from recluster.delta.commit import CommitOutcome, CommitStatus, OutcomeTotals
+from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, level_threshold
 from recluster.delta.history import compact_small_files, new_process_id
 from recluster.delta.log import PRODUCER, CommitEntry, read_commits
 from recluster.delta.maintenance import maintain_table
 from recluster.delta.snapshot import blocks_from_log_adds, load_snapshot
 from recluster.delta.storage import normalize_uri, require_safe_commits
 from recluster.engine.api import open_checked_table
-from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable, add_amounts
+from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable
 from recluster.engine.optimizer import history_of, history_store, recluster_plan, run_process
 from recluster.engine.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
 from recluster.engine.rounds import SnapshotLoader, selection_bounds
@@ -198,7 +198,7 @@ class ReclusterHandler:
             snapshot = tracked.snapshot()
             plan = recluster_plan(snapshot, self.settings)
             if not plan.empty:
-                return ProcessType.RECLUSTER, str(Reason.DEPTH_ABOVE_THRESHOLD), plan
+                return ProcessType.RECLUSTER, str(plan.tasks[0].reason), plan  # absorb_ratio, depth_above_..
             tracked.pending = False
         pending = pending_optimizing(table_health(tracked.state.blocks, config), config, past, now=now)
         return pending.type, pending.reason, None
@@ -283,14 +283,14 @@ class ReclusterHandler:
                 tracked = self.tracked[uri] = self._initial_state(uri, events[0].version)
             fresh = [e for e in events if e.version > tracked.version]  # older: replayed after a restart
             foreign = [e for e in fresh if e.producer != PRODUCER]
-            add_amounts(tracked.totals, appended=sum(e.bytes_added for e in foreign))
+            tracked.bytes_appended += sum(e.bytes_added for e in foreign)
             for event in fresh:
                 if event.is_gap or event.metadata_changed or event.version != tracked.version + 1:
                     if event.is_gap:
                         log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event.version)
-                    totals = tracked.totals
+                    totals, appended = tracked.totals, tracked.bytes_appended
                     tracked = self.tracked[uri] = self._track(uri, None)
-                    tracked.totals = totals
+                    tracked.totals, tracked.bytes_appended = totals, appended
                     break
                 added = blocks_from_log_adds(event.adds, tracked.key, tracked.partition_columns, uri, self.options(uri))
                 tracked.state.apply(added, event.removes)
@@ -372,13 +372,7 @@ class ReclusterHandler:
         tracked.pending = pending
         committed = [o.version for o in outcomes if o.status is CommitStatus.COMMITTED and o.version is not None]
         tracked.awaiting_version = max([tracked.awaiting_version, *committed])
-        add_amounts(
-            tracked.totals,
-            tasks=batch.tasks,
-            written=batch.bytes_written,
-            conflicts=batch.conflicts,
-            failures=batch.failures,
-        )
+        tracked.totals = tracked.totals + batch
         info = tracked.state.info()
         levels = tuple(
             LevelStatus(level, m.total_block_count, m.average_depth, level_threshold(m.total_block_count, bounds))
@@ -390,11 +384,11 @@ class ReclusterHandler:
             tracked.version,
             levels,
             info.table.average_depth,
-            tasks=tracked.totals.get("tasks", 0),
-            conflicts=tracked.totals.get("conflicts", 0),
-            failures=tracked.totals.get("failures", 0),
-            bytes_written=tracked.totals.get("written", 0),
-            bytes_appended=tracked.totals.get("appended", 0),
+            tasks=tracked.totals.tasks,
+            conflicts=tracked.totals.conflicts,
+            failures=tracked.totals.failures,
+            bytes_written=tracked.totals.bytes_written,
+            bytes_appended=tracked.bytes_appended,
             pending=pending,
             policy=bounds.policy,
         )
@@ -405,7 +399,7 @@ class ReclusterHandler:
             tracked.version,
             info,
             {s.level: s.threshold for s in levels},
-            BatchActions(**vars(batch), duration_seconds=time.monotonic() - started),
+            BatchActions(**batch.to_dict(), duration_seconds=time.monotonic() - started),
             pending=pending,
             policy=str(bounds.policy),
             beta=beta,

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringState
+from recluster.core.outcomes import OutcomeTotals
 from recluster.core.selection.plan import Policy
 from recluster.delta.snapshot import TableSnapshot
 
@@ -93,8 +94,10 @@ class TrackedTable:
     pending: bool = False
     awaiting_version: int = -1
     """The last version our own rewrites committed: no new plan until the state has caught up with it."""
-    totals: dict[str, int] = field(default_factory=dict)
-    """Since the job started: tasks, conflicts, failures, bytes written and bytes appended (kept on reload)."""
+    totals: OutcomeTotals = field(default_factory=OutcomeTotals)
+    """What our commits did since the job started (kept on reload)."""
+    bytes_appended: int = 0
+    """Bytes other writers appended since the job started (kept on reload)."""
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(
@@ -107,8 +110,3 @@ class TrackedTable:
             self.data_schema,
             self.storage_options,
         )
-
-
-def add_amounts(totals: dict[str, int], **amounts: int) -> None:
-    for name, amount in amounts.items():
-        totals[name] = totals.get(name, 0) + int(amount)

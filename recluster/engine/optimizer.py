@@ -31,9 +31,9 @@ from recluster.core.optimizing import (
     table_health,
     table_history,
 )
+from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import ReclusterPlan
-from recluster.delta.commit import CommitOutcome, OutcomeTotals
 from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import require_safe_commits
@@ -68,7 +68,7 @@ class OptimizeResult:
             "reason": self.reason,
             "outcome": self.outcome,
             "plan": None if self.plan is None else str(self.plan),
-            **vars(self.totals),
+            **self.totals.to_dict(),
             "seconds": round(self.seconds, 3),
             "before": self.before.to_dict(),
             "after": self.after.to_dict(),
@@ -172,7 +172,7 @@ def run_process(
                 max_concurrent=group.max_concurrent_tasks,
             )
         for outcome in outcomes:
-            totals.add(outcome)
+            totals = totals.plus(outcome)
             log.info("optimize type=%s table=%s %s %s", kind, snapshot.uri, outcome, outcome.task)
         if oversized:
             result = recluster_table(
@@ -183,8 +183,7 @@ def run_process(
                 final=True,
                 block_filter=lambda block: block.partition in oversized,
             )
-            for name in vars(totals):
-                setattr(totals, name, getattr(totals, name) + getattr(result, name))
+            totals = totals + result.totals
         if totals.failures:
             status, error = ProcessStatus.FAILED, f"{totals.failures} task(s) failed"
     except Exception as failure:

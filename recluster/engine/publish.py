@@ -12,11 +12,13 @@ import json
 import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from recluster.core.metrics import ClusteringInfo, ClusteringMetrics
+from recluster.core.outcomes import OutcomeTotals
 from recluster.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -36,17 +38,10 @@ class LevelRecord(_Record):
     """The `recluster info --json` metric keys for the level's files."""
 
 
-class BatchActions(_Record):
-    """What the job did to the table in this micro-batch."""
+@dataclass(frozen=True, slots=True)
+class BatchActions(OutcomeTotals):
+    """What the job did to the table in this micro-batch: the commit totals and how long it took."""
 
-    tasks: int = 0
-    files_removed: int = 0
-    files_added: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    rows_rewritten: int = 0
-    conflicts: int = 0
-    failures: int = 0
     duration_seconds: float = 0.0
 
 

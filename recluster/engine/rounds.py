@@ -12,14 +12,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block, WrittenFile, new_run_id
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profile
+from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, SelectionBounds
-from recluster.delta.commit import CommitOutcome, OutcomeTotals, check_writable, commit_task
+from recluster.delta.commit import check_writable, commit_task
 from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
 from recluster.delta.storage import require_safe_commits
 from recluster.engine.api import open_checked_table
@@ -31,21 +33,25 @@ BlockFilter = Callable[[Block], bool]
 Progress = Callable[[str, dict[str, Any]], None]
 
 
+class StopReason(StrEnum):
+    """Why a `recluster run` stopped: the reason code of its logs and of `run --json`."""
+
+    WITHIN_THRESHOLD = "within_threshold"
+    ROUND_DONE = "round_done"
+    DRY_RUN = "dry_run"
+    FILE_LIMIT = "file_limit"
+    NO_PROGRESS = "no_progress"
+    MAX_ROUNDS = "max_rounds"
+
+
 @dataclass(frozen=True, slots=True)
 class ReclusterResult:
     """What a `recluster run` did: counts, before/after clustering, the plans, why it stopped."""
 
     table: str
     rounds: int
-    tasks: int
-    files_removed: int
-    files_added: int
-    bytes_read: int
-    bytes_written: int
-    rows_rewritten: int
-    conflicts: int
-    failures: int
-    stop_reason: str
+    totals: OutcomeTotals
+    stop_reason: StopReason
     before: ClusteringInfo
     after: ClusteringInfo
     plans: tuple[ReclusterPlan, ...] = field(default=())
@@ -57,15 +63,8 @@ class ReclusterResult:
         return {
             "table": self.table,
             "rounds": self.rounds,
-            "tasks": self.tasks,
-            "files_removed": self.files_removed,
-            "files_added": self.files_added,
-            "bytes_read": self.bytes_read,
-            "bytes_written": self.bytes_written,
-            "rows_rewritten": self.rows_rewritten,
-            "conflicts": self.conflicts,
-            "failures": self.failures,
-            "stop_reason": self.stop_reason,
+            **self.totals.to_dict(),
+            "stop_reason": str(self.stop_reason),
             "policy": self.policy,
             "seconds": self.seconds,
             "before": self.before.to_dict(),
@@ -217,11 +216,11 @@ def recluster_table(
     plans: list[ReclusterPlan] = []
     rounds = 0
     spark = None
-    stop_reason = "within_threshold"
+    stop_reason = StopReason.WITHIN_THRESHOLD
     while True:
         files_left = None if file_limit is None else file_limit - totals.files_removed
         if files_left is not None and files_left < 1:
-            stop_reason = "file_limit"
+            stop_reason = StopReason.FILE_LIMIT
             break
         candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
         bounds = selection_bounds(settings, snapshot, files_left, policy=policy, beta=beta)
@@ -229,10 +228,10 @@ def recluster_table(
         plans.append(plan)
         log.info("recluster plan table=%s round=%d tasks=%d", uri, rounds + 1, len(plan.tasks))
         if plan.empty:
-            stop_reason = "within_threshold" if rounds == 0 or final else "round_done"
+            stop_reason = StopReason.WITHIN_THRESHOLD if rounds == 0 or final else StopReason.ROUND_DONE
             break
         if dry_run:
-            stop_reason = "dry_run"
+            stop_reason = StopReason.DRY_RUN
             break
         if spark is None:
             check_writable(snapshot.uri)
@@ -246,13 +245,13 @@ def recluster_table(
         depth_before, unclustered_before = final_pool_depth(candidates)
         conflicts_before = totals.conflicts
         for outcome in execute_plan(spark, plan, snapshot, settings=settings, run_id=run_id):
-            totals.add(outcome)
+            totals = totals.plus(outcome)
             log.info("recluster %s table=%s %s", outcome, uri, outcome.task)
             if progress:
                 progress("task", {"status": str(outcome.status), "bytes": outcome.task.bytes})
         snapshot = snapshot_loader()
         if not final:
-            stop_reason = "round_done"
+            stop_reason = StopReason.ROUND_DONE
             break
         after_candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
         # Progress: less depth or fewer unclustered files (merging those adds their depth to the total); a round
@@ -260,11 +259,11 @@ def recluster_table(
         depth_after, unclustered_after = final_pool_depth(after_candidates)
         stalled = depth_after >= depth_before and unclustered_after >= unclustered_before
         if stalled and totals.conflicts == conflicts_before:
-            stop_reason = "no_progress"
+            stop_reason = StopReason.NO_PROGRESS
             log.warning("recluster final loop stop reason=no_progress table=%s round=%d", uri, rounds)
             break
         if rounds >= settings.clustering.max_final_rounds:
-            stop_reason = "max_rounds"
+            stop_reason = StopReason.MAX_ROUNDS
             break
     return ReclusterResult(
         table=uri,
@@ -275,7 +274,7 @@ def recluster_table(
         plans=tuple(plans),
         seconds=time.monotonic() - started,
         policy=plans[-1].policy if plans else Policy.LEVELS,
-        **vars(totals),
+        totals=totals,
     )
 
 

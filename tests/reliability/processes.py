@@ -16,7 +16,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.blocks import parse_data_file_name
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,8 @@ from deltalake import DeltaTable, write_deltalake
 
 import recluster.engine.rounds
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.delta.commit import CommitStatus, set_table_properties
+from recluster.core.outcomes import CommitStatus
+from recluster.delta.log_writer import set_table_properties
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -148,7 +149,7 @@ def test_recluster_run_with_a_concurrent_change_between_merge_and_commit(tmp_pat
     assert len(statuses) == 1, "the change was injected between a merge and its commit"
     if CONFLICTS[change] is not None:
         assert (statuses[0] is CommitStatus.CONFLICT) == CONFLICTS[change], statuses
-    assert result.failures == 0
+    assert result.totals.failures == 0
     assert result.stop_reason == "within_threshold", result
     assert_intact(mirrored.path, row_multiset(DeltaTable(str(mirrored.shadow)).to_pyarrow_table()))
 

@@ -14,7 +14,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.delta.commit import set_table_properties
+from recluster.delta.log_writer import set_table_properties
 from recluster.engine.publish import commit_event_json
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
