@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from recluster.core.errors import TableError
-from recluster.delta.storage import normalize_uri
+from recluster.delta.storage import normalize_uri, require_writable
 from recluster.engine.handler import ReclusterHandler
 from recluster.settings import Settings, TableSettings
 from triggers.delta_log import SOURCE_NAME, DeltaLogSource
@@ -26,17 +25,7 @@ log = logging.getLogger("recluster.job")
 
 def check_checkpoint_location(location: str) -> None:
     """Fail fast, with one clear line, when the checkpoint cannot be written."""
-    if "://" in location and not location.startswith("file://"):
-        return
-    path = location.removeprefix("file://")
-    try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, ".recluster-write-probe")
-        with open(probe, "w", encoding="utf-8") as handle:
-            handle.write("ok")
-        os.remove(probe)
-    except OSError as error:
-        raise TableError(f"checkpoint location {location} is not writable: {error.strerror}") from None
+    require_writable(location, "checkpoint location", create=True)
 
 
 def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:

@@ -22,6 +22,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from recluster.core.selection.plan import Policy
+
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -30,8 +32,6 @@ CLUSTER_BY_PROPERTY = "recluster.clusterBy"
 POLICY_PROPERTY = "recluster.policy"
 """Table property choosing the selection policy of one table (`levels` or `absorb`)."""
 
-PolicyName = Literal["levels", "absorb"]
-POLICIES: tuple[PolicyName, ...] = ("levels", "absorb")
 PRESET_BETAS: dict[str, float] = {"quality": 0.2, "economy": 1.0}
 """`selection.preset`: the beta each preset stands for (their measured effect is in README, Performance)."""
 
@@ -65,7 +65,7 @@ class ClusteringSettings(_Section):
 class SelectionSettings(_Section):
     """Which selection policy plans the rounds (DESIGN §5), and the `absorb` policy's one knob."""
 
-    policy: PolicyName = "absorb"
+    policy: Policy = Policy.ABSORB
     """`absorb` (overlap-aware ratio rule; the default: shallower than `levels` at equal rewriting on the
     benchmark) or `levels` (Databend's per-level thresholds); per table, the table property
     `recluster.policy` overrides it."""
@@ -92,9 +92,9 @@ def resolve_selection(
 ) -> SelectionSettings:
     """The selection for one table: `policy`/`beta` (CLI) over the table property over the settings."""
     chosen = policy or properties.get(POLICY_PROPERTY) or selection.policy
-    if chosen not in POLICIES:
+    if chosen not in tuple(Policy):
         source = "--policy" if policy else f"table property {POLICY_PROPERTY}"
-        raise SettingsError(f"{source} must be one of {', '.join(POLICIES)} (got {chosen!r})")
+        raise SettingsError(f"{source} must be one of {', '.join(Policy)} (got {chosen!r})")
     if beta is not None and not beta > 0:
         raise SettingsError(f"--beta must be a positive number (got {beta!r})")
     updates: dict[str, Any] = {"policy": chosen}

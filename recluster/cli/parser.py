@@ -11,6 +11,7 @@ from recluster.cli.kafka import cmd_metrics_schema, cmd_metrics_tail, cmd_publis
 from recluster.cli.optimize import cmd_clean, cmd_maintain, cmd_optimize, cmd_status
 from recluster.cli.tables import cmd_info, cmd_run, cmd_sql
 from recluster.cli.watch import cmd_watch
+from recluster.core.selection.plan import Policy
 
 if TYPE_CHECKING:
     pass
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     run.add_argument(
         "--policy",
-        choices=["levels", "absorb"],
+        choices=[str(policy) for policy in Policy],
         help="selection policy for this run (default: table property recluster.policy, else selection.policy)",
     )
     run.add_argument(

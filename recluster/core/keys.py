@@ -21,6 +21,9 @@ import pyarrow as pa
 
 from recluster.core.errors import TableError
 
+DELTA_STRING_STATS_PREFIX = 32
+"""Delta truncates string min/max stats to this many characters (a max is then below the real max)."""
+
 
 class KeyType(StrEnum):
     """Delta primitive types a cluster key column may have, grouped by how they encode."""

@@ -14,9 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recluster.core.blocks import Block
-from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_value
+from recluster.core.keys import DELTA_STRING_STATS_PREFIX, ClusterKey, KeyColumn, KeyType, encode_value
 
-STRING_STATS_PREFIX = 32
 TRUNCATED_STRING_MAX = "\U0010ffff"
 TIMESTAMP_STATS_SLACK = dt.timedelta(milliseconds=1)
 """Delta truncates timestamp stats to milliseconds: a max stat can be up to 1 ms below the real max."""
@@ -189,7 +188,7 @@ def _widened_max(value: object, column: KeyColumn) -> object:
     """Undo Delta's lossy max stats: truncated timestamps and 32-character string prefixes."""
     if isinstance(value, dt.datetime):
         return _naive(value) + TIMESTAMP_STATS_SLACK  # type: ignore[operator]
-    if column.type is KeyType.STRING and isinstance(value, str) and len(value) >= STRING_STATS_PREFIX:
+    if column.type is KeyType.STRING and isinstance(value, str) and len(value) >= DELTA_STRING_STATS_PREFIX:
         return value + TRUNCATED_STRING_MAX
     return value
 

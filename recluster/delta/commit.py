@@ -10,7 +10,6 @@ commit happened, else back off and try again. Attempts and a total deadline boun
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 
 from recluster.core.blocks import Block, WrittenFile
-from recluster.core.errors import TableError
 from recluster.core.outcomes import CommitOutcome, CommitStatus
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.log import PRODUCER, PRODUCER_KEY, TASK_ID_KEY, read_commits
@@ -177,19 +175,6 @@ def commit_task(
     except CommitFailed as error:
         delete_files(table_uri, [f.path for f in files], storage_options)
         return CommitOutcome(task, CommitStatus.FAILED, None, files, f"commit_failed: {error}")
-
-
-def check_writable(table_uri: str) -> None:
-    """Fail with one clear line, before any merge starts, when a local table location cannot be written."""
-    if "://" in table_uri:
-        return  # object stores: a merge that cannot write fails its task and leaves the table as it was
-    probe = os.path.join(table_uri, f".recluster-write-probe-{os.getpid()}")
-    try:
-        with open(probe, "w", encoding="utf-8") as handle:
-            handle.write("ok")
-        os.remove(probe)
-    except OSError as error:
-        raise TableError(f"table location {table_uri} is not writable: {error.strerror}") from None
 
 
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:

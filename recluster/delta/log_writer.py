@@ -6,6 +6,7 @@ adds reader and writer features.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -26,6 +27,9 @@ from recluster.settings import CommitSettings
 ENGINE_INFO = "recluster/0.1.0"
 IN_COMMIT_TIMESTAMPS = "delta.enableInCommitTimestamps"
 log = logging.getLogger(__name__)
+
+PERMANENT_ERRNOS = frozenset({errno.EPERM, errno.EACCES, errno.EROFS, errno.ENOTDIR, errno.EISDIR})
+"""Storage errors a retry cannot fix (no permission, read-only): the commit fails at once."""
 
 
 def _now_ms() -> int:
@@ -126,6 +130,8 @@ def commit_next_version(
                 return latest + 1
             problem = f"version {latest + 1} was taken by another writer"
         except (OSError, TableError) as error:
+            if isinstance(error, OSError) and error.errno in PERMANENT_ERRNOS:
+                raise CommitFailed(str(error).splitlines()[0]) from None  # retrying cannot help
             if task_id is not None:
                 earlier = committed_with(table_uri, storage_options, {TASK_ID_KEY: task_id}, since)
                 if earlier is not None:

@@ -230,3 +230,20 @@ def put_if_absent(table_uri: str, relative: str, data: bytes, storage_options: M
     from recluster.delta.object_store import put_new_object
 
     return put_new_object(table_uri, relative, data, storage_options)
+
+
+def require_writable(location: str, what: str, *, create: bool = False) -> None:
+    """Fail with one clear line, before any work starts, when a local directory cannot be written (object stores:
+    work that cannot write fails there and leaves everything as it was). With `create`, make it first."""
+    if "://" in location and not location.startswith("file://"):
+        return
+    path = location.removeprefix("file://")
+    probe = os.path.join(path, f".recluster-write-probe-{os.getpid()}")
+    try:
+        if create:
+            os.makedirs(path, exist_ok=True)
+        with open(probe, "w", encoding="utf-8") as handle:
+            handle.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise TableError(f"{what} {location} is not writable: {error.strerror}") from None

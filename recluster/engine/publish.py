@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recluster.core.metrics import ClusteringInfo, ClusteringMetrics
 from recluster.core.outcomes import OutcomeTotals
+from recluster.core.selection.plan import Policy
 from recluster.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class MetricsRecord(_Record):
     time: dt.datetime
     table: str
     version: int = Field(description="Delta version the clustering figures describe")
-    policy: str = Field("levels", description="the selection policy that acted: levels or absorb")
+    policy: str = Field(Policy.LEVELS, description="the selection policy that acted: levels or absorb")
     beta: float | None = Field(
         None, description="absorb: the beta it decided with (after the depth-target controller); null for levels"
     )
@@ -78,7 +79,7 @@ def metrics_record(
     actions: BatchActions,
     *,
     pending: bool,
-    policy: str = "levels",
+    policy: str = Policy.LEVELS,
     beta: float | None = None,
     reasons: Iterable[str] = (),
     errors: Iterable[str] = (),

@@ -21,9 +21,9 @@ from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profil
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, SelectionBounds
-from recluster.delta.commit import check_writable, commit_task
+from recluster.delta.commit import commit_task
 from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
-from recluster.delta.storage import require_safe_commits
+from recluster.delta.storage import require_safe_commits, require_writable
 from recluster.engine.api import open_checked_table
 from recluster.settings import Settings, resolve_selection
 
@@ -234,7 +234,7 @@ def recluster_table(
             stop_reason = StopReason.DRY_RUN
             break
         if spark is None:
-            check_writable(snapshot.uri)
+            require_writable(snapshot.uri, "table location")
             spark = spark_factory()
         rounds += 1
         if progress:

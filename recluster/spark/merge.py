@@ -31,15 +31,13 @@ import pyarrow.parquet as pq
 from recluster.core.blocks import LEVEL_CONSTANT, WrittenFile, data_file_name
 from recluster.core.deletion_vectors import DeletionVector, DeletionVectorError, keep_mask
 from recluster.core.errors import TableError
+from recluster.core.keys import DELTA_STRING_STATS_PREFIX
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.replay import read_deleted_positions
 from recluster.delta.storage import file_location, table_filesystem
 
-STATS_STRING_PREFIX = 32
-"""Delta truncates string stats to 32 characters; a truncated max gets a tie-breaker above any suffix."""
-
-
 STRING_TIE_BREAKER = "\U0010ffff"
+"""Appended to a truncated string max stat: above any suffix the real value may have."""
 
 
 DEFAULT_INDEXED_COLUMNS = 32
@@ -97,9 +95,9 @@ def _stat_value(value: Any, arrow_type: pa.DataType, upper: bool, truncate: bool
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, str):
-        if not truncate or len(value) <= STATS_STRING_PREFIX:
+        if not truncate or len(value) <= DELTA_STRING_STATS_PREFIX:
             return value
-        return value[:STATS_STRING_PREFIX] + STRING_TIE_BREAKER if upper else value[:STATS_STRING_PREFIX]
+        return value[:DELTA_STRING_STATS_PREFIX] + STRING_TIE_BREAKER if upper else value[:DELTA_STRING_STATS_PREFIX]
     if isinstance(value, bytes):
         return None  # Delta collects no stats for binary columns
     if isinstance(value, bool | int):
