@@ -101,8 +101,8 @@ def test_final_on_random_appends_then_incremental_round(tmp_path, spark):
         if not parse_data_file_name(a["path"])
     }
     incremental = run(table, spark)
-    assert incremental.rounds == 1 and incremental.files_removed == len(new_files) == 5
-    assert incremental.bytes_written < table_bytes / 3
+    assert incremental.rounds == 1 and incremental.totals.files_removed == len(new_files) == 5
+    assert incremental.totals.bytes_written < table_bytes / 3
     remaining = {a["path"] for a in pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()}
     assert not new_files & remaining
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
@@ -238,7 +238,7 @@ def test_cluster_key_change_leaves_old_files_until_final(tmp_path, spark):
     assert old_files <= set(DeltaTable(str(table)).file_uris())  # untouched
 
     final = run(table, spark, final=True)
-    assert final.tasks >= 1
+    assert final.totals.tasks >= 1
     live = DeltaTable(str(table)).file_uris()
     assert not old_files & set(live)
     new_fingerprint = {parse_data_file_name(p).fingerprint for p in live}
@@ -277,7 +277,7 @@ def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
     write_deltalake(str(evolved), pa.table({"k": [2, 0], "extra": ["x", "y"]}), mode="append", schema_mode="merge")
     set_table_properties(evolved, {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(str(evolved)).to_pyarrow_table())
-    assert run(evolved, spark, final=True).tasks == 1
+    assert run(evolved, spark, final=True).totals.tasks == 1
     assert row_multiset(DeltaTable(str(evolved)).to_pyarrow_table()) == expected
 
     mapped = tmp_path / "mapped"

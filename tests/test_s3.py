@@ -446,7 +446,7 @@ def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark)
     assert run(uri, spark, settings, final=True, dry_run=True).stop_reason == "dry_run"  # planning is fine
     opted_in = Settings(storage_options=unsafe, commit=CommitSettings(allow_unsafe_single_writer=True))
     expected = row_multiset(read_back(s3, uri))
-    assert run(uri, spark, opted_in, final=True).tasks >= 1
+    assert run(uri, spark, opted_in, final=True).totals.tasks >= 1
     assert row_multiset(read_back(s3, uri)) == expected
     assert DeltaTable(uri, storage_options=unsafe).version() > version
 

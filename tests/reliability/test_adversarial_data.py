@@ -98,7 +98,7 @@ def final_then_nothing_left(path: Path, spark, settings: Settings = SETTINGS) ->
     assert result.stop_reason in ("within_threshold", "no_progress"), result.stop_reason
     assert_intact(path, expected)
     again = run_final(path, spark, settings)
-    assert again.tasks == 0, f"FINAL rewrote data again: {again.plans[0]}"
+    assert again.totals.tasks == 0, f"FINAL rewrote data again: {again.plans[0]}"
     assert_intact(path, expected)
 
 
