@@ -62,6 +62,22 @@ class ClusteringSettings(_Section):
     """FINAL stops after this many rounds even if it still makes progress."""
 
 
+class ParquetSettings(_Section):
+    """How merge outputs are written (`merge.parquet.*`): like the best writers, ZSTD by default."""
+
+    codec: Literal["zstd", "snappy", "gzip", "lz4", "brotli", "none"] = "zstd"
+    level: int | None = None
+    """Compression level of the codec (None: the codec's default; zstd 1-22)."""
+    row_group_rows: int = Field(1_048_576, gt=0)
+    """Rows per Parquet row group."""
+    dictionary: bool = True
+    """Dictionary-encode columns (pyarrow falls back to plain encoding when a dictionary grows too big)."""
+
+
+class MergeSettings(_Section):
+    parquet: ParquetSettings = ParquetSettings()
+
+
 class SelectionSettings(_Section):
     """Which selection policy plans the rounds (DESIGN §5), and the `absorb` policy's one knob."""
 
@@ -306,6 +322,7 @@ class Settings(BaseSettings):
     """delta-rs storage options for every table (per-table options are merged on top): credentials, endpoint,
     region, `conditional_put`; they may hold secrets, so they are never printed or logged."""
     clustering: ClusteringSettings = ClusteringSettings()
+    merge: MergeSettings = MergeSettings()
     selection: SelectionSettings = SelectionSettings()
     spark: SparkSettings = SparkSettings()
     commit: CommitSettings = CommitSettings()

@@ -127,6 +127,7 @@ def write_task(
         target_file_bytes=settings.clustering.target_file_bytes,
         storage_options=snapshot.storage_options,
         reader=settings.spark.data_reader,
+        parquet=settings.merge.parquet,
     )
 
 

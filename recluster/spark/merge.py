@@ -35,6 +35,7 @@ from recluster.core.keys import DELTA_STRING_STATS_PREFIX
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.replay import read_deleted_positions
 from recluster.delta.storage import file_location, table_filesystem
+from recluster.settings import ParquetSettings
 
 STRING_TIE_BREAKER = "\U0010ffff"
 """Appended to a truncated string max stat: above any suffix the real value may have."""
@@ -327,6 +328,7 @@ class OutputSpec:
     bytes_per_row: float
     horizon_ms: int | None = None
     split_values: tuple[Any, ...] = ()
+    parquet: ParquetSettings = field(default_factory=ParquetSettings)
 
 
 def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -> list[int]:
@@ -374,7 +376,15 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
         if os.path.dirname(location):
             filesystem.create_dir(os.path.dirname(location), recursive=True)  # object stores: no request
         with filesystem.open_output_stream(location) as sink:
-            pq.write_table(piece, sink, compression="snappy", write_statistics=True)
+            pq.write_table(
+                piece,
+                sink,
+                compression=spec.parquet.codec,
+                compression_level=spec.parquet.level,
+                row_group_size=spec.parquet.row_group_rows,
+                use_dictionary=spec.parquet.dictionary,
+                write_statistics=True,
+            )
             size = sink.tell()
         results.append(
             {
@@ -426,6 +436,7 @@ def execute_task(
     target_file_bytes: int,
     storage_options: Mapping[str, str] | None = None,
     reader: DataReader = "auto",
+    parquet: ParquetSettings | None = None,
 ) -> list[WrittenFile]:
     """Rewrite one task's files sorted by the key; returns the files written (not yet committed)."""
 
@@ -450,6 +461,7 @@ def execute_task(
         bytes_per_row=task.bytes / max(task.rows, 1),
         horizon_ms=task.horizon_ms,
         split_values=task.split_values,
+        parquet=parquet or ParquetSettings(),
     )
     # Range-partition on the first key column only, so that one of its values never spans two partitions.
     sorted_frame = frame.repartitionByRange(partitions, order[0]).sortWithinPartitions(*order)
