@@ -125,6 +125,8 @@ class SparkSettings(_Section):
     shuffle_partitions: int = Field(8, ge=1)
     conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration, passed through unchanged."""
+    log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
+    """Level of Spark's own loggers once a session runs (startup chatter is silenced by recluster's log4j2 config)."""
     data_reader: Literal["auto", "spark", "pyarrow"] = "auto"
     """How merges read data files. `pyarrow`: inside Spark tasks through pyarrow.fs with the tables' storage
     options (needs no Hadoop jars; every store delta-rs reaches). `spark`: Spark's own Parquet reader (object

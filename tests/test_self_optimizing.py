@@ -158,6 +158,7 @@ def test_optimize_and_status_commands(tmp_path, spark, capsys):
     capsys.readouterr()
     assert main(["status", str(path), *config]) == 2
     assert "self-optimizing.quota='lots'" in capsys.readouterr().err
+    assert cli_json(capsys, "status") == []  # no tables: an empty list for scripts
 
 
 def test_full_rewrites_each_partition_as_one_sorted_run(tmp_path, spark, capsys):

@@ -84,10 +84,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     settings = settings_of(args)
     uris = args.table or [t.uri for t in settings.tables]
+    if not uris and args.json:
+        print_json([])  # scripts get an empty list, not an error
+        return 0
     if not uris:
         raise UsageError("no tables: pass TABLE_URI arguments or list tables in --config")
     history = history_store(settings)
-    reports = [table_status(read_snapshot(uri, settings=settings), settings=settings, history=history) for uri in uris]
+    key = parse_columns(args.cluster_by) if args.cluster_by else None
+    reports = [
+        table_status(read_snapshot(uri, settings=settings, cluster_by=key), settings=settings, history=history)
+        for uri in uris
+    ]
     if args.json:
         print_json([r.to_dict() for r in reports])
         return 0

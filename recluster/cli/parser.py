@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reads the tables' snapshots and the history table (self_optimizing.history_location).",
     )
     status.add_argument("table", nargs="*", metavar="TABLE_URI", help="tables (default: the configured tables)")
+    status.add_argument("--cluster-by", metavar="a,b", help="cluster key (default: the table property)")
     add_common_options(status)
     status.set_defaults(handler=cmd_status)
 

@@ -66,9 +66,9 @@ def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | N
     if urlparse(table_uri).scheme.lower() not in ("s3", "s3a"):
         return None
     options = storage_options or {}
-    # Only what is certain to reach delta-rs counts: conditional_put as a storage option, the lock provider
-    # also from its documented environment variable.
-    conditional = _option(options, "conditional_put", "aws_conditional_put")
+    # conditional_put as a storage option or as the AWS_CONDITIONAL_PUT variable (object_store reads it from the
+    # environment, for delta-rs and for our own commits through obstore), the lock provider likewise.
+    conditional = _option(options, "conditional_put", "aws_conditional_put", environment=True)
     locking = _option(options, "aws_s3_locking_provider", environment=True)
     if conditional not in ("", "disabled") or locking == "dynamodb":
         return None

@@ -6,10 +6,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
 from recluster.settings import OptimizerGroup, SparkSettings
+
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+"""Shipped with the package: Spark's JVMs log through it instead of Spark's default profile."""
 
 
 def fair_scheduler_pools(groups: Mapping[str, OptimizerGroup]) -> str:
@@ -49,7 +53,9 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
         "spark.app.name": settings.app_name,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.log.level": "ERROR",
+        "spark.log.level": settings.log_level,
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
@@ -66,5 +72,5 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
     for name, value in conf.items():
         builder = builder.config(name, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext.setLogLevel(settings.log_level)
     return session
