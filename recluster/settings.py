@@ -76,6 +76,9 @@ class ParquetSettings(_Section):
 
 class MergeSettings(_Section):
     parquet: ParquetSettings = ParquetSettings()
+    in_process_max_bytes: int = Field(256 * MIB, ge=0)
+    """Tasks of at most this many input bytes run the merge kernel in the process (no JVM, no Spark job);
+    bigger ones in Spark tasks. 0: always Spark."""
 
 
 class SelectionSettings(_Section):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +58,49 @@ def test_outputs_use_the_configured_parquet_settings(
         dictionary = "RLE_DICTIONARY" in encodings or "PLAIN_DICTIONARY" in encodings
         assert dictionary == parquet.get("dictionary", True)
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(expected)
+
+
+@pytest.mark.parametrize("deletion_vectors", [False, True], ids=["plain", "with-deletion-vectors"])
+def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spark: Any, deletion_vectors: bool) -> None:
+    """The same merge task through Spark tasks and in the process: equal output rows, and for a task that fits
+    one range partition equal files (rows and stats per file). Small tasks take the in-process path by default."""
+    import shutil
+
+    from recluster.core.selection import select_merge_tasks
+    from recluster.engine.rounds import selection_bounds
+    from recluster.spark.merge import execute_task, merge_in_process, output_spec
+    from tests.table_shapes import add_deletion_vector, read_with_delta_rs, rows_digest, set_protocol_features
+
+    source = tmp_path / "source"
+    overlapping_table(source)
+    if deletion_vectors:
+        set_protocol_features(str(source), ["deletionVectors"], ["deletionVectors"])
+        first = sorted(a["path"] for a in pa.table(DeltaTable(str(source)).get_add_actions(True)).to_pylist())[0]
+        add_deletion_vector(str(source), first, list(range(0, 3_000, 7)))
+    results = []
+    for placement in ("spark", "in-process"):
+        path = tmp_path / placement
+        shutil.copytree(source, path)
+        settings = Settings(clustering={"target_rows": 20_000})  # type: ignore[arg-type]
+        snapshot = snapshot_loader(str(path), settings, None)()
+        plan = select_merge_tasks(
+            str(path), snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None), final=True
+        )
+        (task,) = plan.tasks
+        spec = output_spec(
+            task,
+            table_root=snapshot.uri,
+            data_schema=snapshot.data_schema,
+            properties=snapshot.properties,
+            key=snapshot.key.names,
+            fingerprint=snapshot.key.fingerprint,
+            run_id="000000000abc",
+            target_rows=20_000,
+            target_file_bytes=1 << 30,
+        )
+        written = execute_task(spark, task, spec) if placement == "spark" else merge_in_process(task, spec)
+        files = sorted((f.rows, json.dumps(f.stats, sort_keys=True), f.level) for f in written)
+        rows = pa.concat_tables([pq.read_table(path / f.path) for f in written])
+        results.append((files, rows_digest(rows)))
+        assert rows_digest(rows) == rows_digest(read_with_delta_rs(str(path)).select(rows.column_names))
+    assert results[0] == results[1]

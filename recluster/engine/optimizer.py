@@ -37,7 +37,7 @@ from recluster.core.selection.plan import ReclusterPlan
 from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import require_safe_commits
-from recluster.engine.rounds import SnapshotLoader, execute_plan, recluster_table, selection_bounds
+from recluster.engine.rounds import SnapshotLoader, execute_plan, needs_spark, recluster_table, selection_bounds
 from recluster.settings import Settings, history_location
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def run_process(
     try:
         if plan.tasks:
             outcomes = execute_plan(
-                spark_factory(),
+                spark_factory() if any(needs_spark(task, settings) for task in plan.tasks) else None,
                 plan,
                 snapshot,
                 settings=settings if kind is ProcessType.RECLUSTER else _optimizing_settings(settings, config),

@@ -111,11 +111,11 @@ def final_pool_depth(blocks: Sequence[Block]) -> tuple[int, int]:
 def write_task(
     spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str
 ) -> list[WrittenFile]:
-    """Merge one task on Spark: its outputs are written into the table location, not yet committed."""
-    from recluster.spark.merge import execute_task
+    """Merge one task: its outputs are written into the table location, not yet committed. Tasks of at most
+    merge.in_process_max_bytes run the kernel in this process, bigger ones in Spark tasks."""
+    from recluster.spark.merge import execute_task, merge_in_process, output_spec
 
-    return execute_task(
-        spark,
+    spec = output_spec(
         task,
         table_root=snapshot.uri,
         data_schema=snapshot.data_schema,
@@ -126,9 +126,15 @@ def write_task(
         target_rows=settings.clustering.target_rows,
         target_file_bytes=settings.clustering.target_file_bytes,
         storage_options=snapshot.storage_options,
-        reader=settings.spark.data_reader,
         parquet=settings.merge.parquet,
     )
+    if not needs_spark(task, settings):
+        return merge_in_process(task, spec)
+    return execute_task(spark, task, spec, settings.spark.data_reader)
+
+
+def needs_spark(task: MergeTask, settings: Settings) -> bool:
+    return task.bytes > settings.merge.in_process_max_bytes
 
 
 def run_task(
@@ -142,7 +148,7 @@ def run_task(
     pool: str | None = None,
 ) -> CommitOutcome:
     """Merge one task on Spark (in the FAIR scheduler `pool` when given) and commit it (or clean up)."""
-    if pool is not None:
+    if pool is not None and spark is not None:
         from recluster.spark.session import use_scheduler_pool
 
         use_scheduler_pool(spark, pool)
@@ -234,8 +240,9 @@ def recluster_table(
         if dry_run:
             stop_reason = StopReason.DRY_RUN
             break
-        if spark is None:
+        if rounds == 0:
             require_writable(snapshot.uri, "table location")
+        if spark is None and any(needs_spark(task, settings) for task in plan.tasks):
             spark = spark_factory()
         rounds += 1
         if progress:

@@ -17,7 +17,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
@@ -422,8 +422,7 @@ def _spark_schema(schema: pa.Schema) -> Any:
     return from_arrow_schema(schema, prefer_timestamp_ntz=True)
 
 
-def execute_task(
-    spark: Any,
+def output_spec(
     task: MergeTask,
     *,
     table_root: str,
@@ -435,18 +434,10 @@ def execute_task(
     target_rows: int,
     target_file_bytes: int,
     storage_options: Mapping[str, str] | None = None,
-    reader: DataReader = "auto",
     parquet: ParquetSettings | None = None,
-) -> list[WrittenFile]:
-    """Rewrite one task's files sorted by the key; returns the files written (not yet committed)."""
-
-    frame = read_task_files(spark, task, table_root, data_schema, reader, storage_options or {})
-    # Columns travel by position under plain names: mapInArrow resolves a name with a dot as a nested field.
-    positional = [f"_c{i}" for i in range(len(data_schema.names))]
-    frame = frame.toDF(*positional)
-    order = [frame[positional[data_schema.names.index(name)]].asc_nulls_first() for name in key]
-    partitions = max(1, math.ceil(task.rows / target_rows), math.ceil(task.bytes / target_file_bytes))
-    spec = OutputSpec(
+) -> OutputSpec:
+    """What the writer needs for one task's outputs, wherever the kernel runs."""
+    return OutputSpec(
         table_root=table_root,
         storage_options=dict(storage_options or {}),
         directory=os.path.dirname(task.files[0].path),
@@ -463,9 +454,9 @@ def execute_task(
         split_values=task.split_values,
         parquet=parquet or ParquetSettings(),
     )
-    # Range-partition on the first key column only, so that one of its values never spans two partitions.
-    sorted_frame = frame.repartitionByRange(partitions, order[0]).sortWithinPartitions(*order)
-    rows = sorted_frame.mapInArrow(lambda batches: write_sorted_partition(spec, batches), RESULT_SCHEMA).collect()
+
+
+def _written(task: MergeTask, rows: Iterable[Mapping[str, Any]]) -> list[WrittenFile]:
     return [
         WrittenFile(
             path=row["path"],
@@ -477,3 +468,63 @@ def execute_task(
         )
         for row in rows
     ]
+
+
+def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataReader = "auto") -> list[WrittenFile]:
+    """The kernel in Spark tasks: read the task's files, range-partition and sort by the key, and run
+    `write_sorted_partition` on each sorted partition (mapInArrow). Nothing but the result rows reaches the driver."""
+    data_schema = spec.schema
+    frame = read_task_files(spark, task, spec.table_root, data_schema, reader, spec.storage_options)
+    # Columns travel by position under plain names: mapInArrow resolves a name with a dot as a nested field.
+    positional = [f"_c{i}" for i in range(len(data_schema.names))]
+    frame = frame.toDF(*positional)
+    order = [frame[positional[data_schema.names.index(name)]].asc_nulls_first() for name in spec.key]
+    partitions = max(1, math.ceil(task.rows / spec.target_rows), math.ceil(task.bytes / spec.target_file_bytes))
+    # Range-partition on the first key column only, so that one of its values never spans two partitions.
+    sorted_frame = frame.repartitionByRange(partitions, order[0]).sortWithinPartitions(*order)
+    rows = sorted_frame.mapInArrow(lambda batches: write_sorted_partition(spec, batches), RESULT_SCHEMA).collect()
+    return _written(task, (row.asDict() for row in rows))
+
+
+def _nan_rank(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """0 for NULL, 1 for a number, 2 for NaN: Spark's ascending order puts NaN above +inf, Arrow next to NULLs."""
+    nan = pc.fill_null(pc.is_nan(column), False)
+    return pc.if_else(pc.is_null(column), 0, pc.if_else(nan, 2, 1)).cast(pa.int8())
+
+
+def _sort_table(table: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The key columns to sort by, float columns preceded by their NaN rank."""
+    columns: dict[str, pa.ChunkedArray] = {}
+    for index, name in enumerate(key):
+        column = table.column(name)
+        if pa.types.is_floating(column.type):
+            columns[f"rank{index}"] = _nan_rank(column)
+        columns[f"key{index}"] = column
+    return pa.table(columns)
+
+
+def _sort_keys(table: pa.Table, key: Sequence[str]) -> list[tuple[str, str, str]]:
+    keys = []
+    for index, name in enumerate(key):
+        if pa.types.is_floating(table.column(name).type):
+            keys.append((f"rank{index}", "ascending", "at_start"))
+        keys.append((f"key{index}", "ascending", "at_start"))
+    return keys
+
+
+def merge_in_process(task: MergeTask, spec: OutputSpec) -> list[WrittenFile]:
+    """The same kernel in this process, for small tasks: no JVM, no Spark job. The task's files are read with
+    their deletion vectors applied, sorted by the key with NULLs first (as Spark's asc_nulls_first; NaN above
+    +inf in both), and handed to `write_sorted_partition` as one sorted partition."""
+    source = InputSpec(
+        table_root=spec.table_root,
+        storage_options=spec.storage_options,
+        paths=tuple(block.path for block in task.files),
+        schema=spec.schema,
+        deletion_vectors=tuple(block.deletion_vector for block in task.files),
+    )
+    indexes = pa.record_batch([pa.array(range(len(source.paths)), pa.int64())], names=["id"])
+    table = pa.Table.from_batches(list(read_data_files(source, iter([indexes]))), schema=spec.schema)
+    ordered = table.take(pc.sort_indices(_sort_table(table, spec.key), sort_keys=_sort_keys(table, spec.key)))
+    results = [row for batch in write_sorted_partition(spec, iter(ordered.to_batches())) for row in batch.to_pylist()]
+    return _written(task, results)
