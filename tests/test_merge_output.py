@@ -68,7 +68,8 @@ def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spar
 
     from recluster.core.selection import select_merge_tasks
     from recluster.engine.rounds import selection_bounds
-    from recluster.spark.merge import execute_task, merge_in_process, output_spec
+    from recluster.spark.kernel import merge_in_process, output_spec
+    from recluster.spark.merge import execute_task
     from tests.table_shapes import add_deletion_vector, read_with_delta_rs, rows_digest, set_protocol_features
 
     source = tmp_path / "source"

@@ -282,7 +282,7 @@ class TableStatusReport:
             "recluster_enabled": self.config.recluster_enabled,
             "group": self.config.group,
             "quota": self.config.quota,
-            "quota_occupation": round(self.occupation, 4),
+            "quota_occupation": self.occupation,
             "last": {str(kind): _iso(t) for kind, t in sorted(self.history.last.items())},
             "running": None if self.history.running is None else str(self.history.running),
             "health": self.health.to_dict(),

@@ -113,7 +113,8 @@ def write_task(
 ) -> list[WrittenFile]:
     """Merge one task: its outputs are written into the table location, not yet committed. Tasks of at most
     merge.in_process_max_bytes run the kernel in this process, bigger ones in Spark tasks."""
-    from recluster.spark.merge import execute_task, merge_in_process, output_spec
+    from recluster.spark.kernel import merge_in_process, output_spec
+    from recluster.spark.merge import execute_task
 
     spec = output_spec(
         task,
