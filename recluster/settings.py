@@ -9,6 +9,7 @@ each field's docstring when the table sets it.
 from __future__ import annotations
 
 import contextvars
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -248,9 +249,17 @@ class KafkaSettings(_Section):
     """Extra kafka-python client settings (security_protocol, sasl_mechanism, ...)."""
 
 
+def default_state_dir() -> str:
+    """Where the job keeps its checkpoint and history by default: `$XDG_STATE_HOME/recluster`, else
+    `~/.local/state/recluster` — never the current directory of a one-off command."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "recluster")
+
+
 class StreamSettings(_Section):
     source: Literal["delta-log", "kafka"] = "delta-log"
-    checkpoint_location: str = "./recluster-checkpoint"
+    checkpoint_location: str = Field(default_factory=lambda: os.path.join(default_state_dir(), "checkpoint"))
+    """The Spark checkpoint of the job; the history table lives under it unless set on its own."""
     trigger_interval_seconds: float = Field(1.0, gt=0)
     starting_version: Literal["latest", "earliest"] | int = "latest"
     max_commits_per_batch: int = Field(1000, ge=1)
@@ -331,7 +340,7 @@ class Settings(BaseSettings):
     selection: SelectionSettings = SelectionSettings()
     spark: SparkSettings = SparkSettings()
     commit: CommitSettings = CommitSettings()
-    stream: StreamSettings = StreamSettings()
+    stream: StreamSettings = Field(default_factory=StreamSettings)
     kafka: KafkaSettings = KafkaSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
     http: HttpSettings = HttpSettings()
