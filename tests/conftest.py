@@ -1,10 +1,12 @@
-"""Shared fixtures: one session-scoped local Spark session and Kafka broker; real Delta tables under tmp_path."""
+"""Shared fixtures: one session-scoped local Spark session and Kafka broker, the triggers its streaming queries
+complete; real Delta tables under tmp_path."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -36,6 +38,43 @@ def spark() -> Iterator[Any]:
     session = spark_session(SparkSettings(master="local[2]", shuffle_partitions=2), SelfOptimizingSettings().groups)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def triggers(spark: Any) -> Iterator[list[datetime]]:
+    """The start times of the triggers that the streaming queries started during the test complete, appended as
+    each completes: one that ran a batch (a progress event) or one that found no new data (an idle event, which
+    Spark otherwise reports at most every 10 s). A test waits on it for triggers run after a moment."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    ended: list[datetime] = []
+
+    class Triggers(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            ended.append(datetime.fromisoformat(event.progress.timestamp))
+
+        def onQueryIdle(self, event: Any) -> None:
+            ended.append(datetime.fromisoformat(event.timestamp))
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    interval = "spark.sql.streaming.noDataProgressEventInterval"
+    previous = spark.conf.get(interval, None)
+    spark.conf.set(interval, "0")
+    listener = Triggers()
+    spark.streams.addListener(listener)
+    try:
+        yield ended
+    finally:
+        spark.streams.removeListener(listener)
+        if previous is None:
+            spark.conf.unset(interval)
+        else:
+            spark.conf.set(interval, previous)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

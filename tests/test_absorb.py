@@ -16,7 +16,6 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recluster import cli
 from recluster.core.blocks import Block, data_file_name, parse_data_file_name
 from recluster.core.selection.absorb import decide_absorb, effective_beta, file_age, recover_runs
 from recluster.core.selection.plan import Policy, Reason, SelectionBounds
@@ -34,7 +33,7 @@ from recluster.settings import (
     resolve_selection,
 )
 from tests.absorb_model import FINGERPRINT, ModelTable, absorb_bounds, make_block
-from tests.helpers import row_multiset
+from tests.helpers import main_json, row_multiset, run_main
 
 # ---- the oracle ------------------------------------------------------------------------------------------------
 
@@ -307,17 +306,17 @@ def test_cli_run_policy_and_beta(tmp_path: Path, capsys):
     for index in range(3):
         write_deltalake(str(path), batch(rng, index, 200), mode="append")
     set_table_properties(path, {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "absorb"})
-    assert cli.main(["run", str(path), "--dry-run", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = main_json(capsys, "run", path, "--dry-run")
     assert out["policy"] == "absorb" and "policy=absorb" in out["plans"][0]
-    assert cli.main(["run", str(path), "--dry-run", "--json", "--policy", "levels"]) == 0
-    assert json.loads(capsys.readouterr().out)["policy"] == "levels"
+    assert main_json(capsys, "run", path, "--dry-run", "--policy", "levels")["policy"] == "levels"
     version = DeltaTable(str(path)).version()
-    assert cli.main(["run", str(path), "--beta", "0"]) == 2
-    assert "--beta must be a positive number" in capsys.readouterr().err
+    code, _, err = run_main(capsys, "run", path, "--beta", "0")
+    assert code == 2
+    assert "--beta must be a positive number" in err
     set_table_properties(path, {POLICY_PROPERTY: "fastest"})
-    assert cli.main(["run", str(path), "--dry-run"]) == 2
-    assert "recluster.policy must be one of" in capsys.readouterr().err
+    code, _, err = run_main(capsys, "run", path, "--dry-run")
+    assert code == 2
+    assert "recluster.policy must be one of" in err
     assert DeltaTable(str(path)).version() == version + 1  # only the property change: the table is untouched
 
 

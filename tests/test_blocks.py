@@ -29,9 +29,7 @@ from recluster.core.blocks import (
     parse_data_file_name,
 )
 from recluster.core.keys import KeyColumn, KeyType, encode_key, encode_partition, encode_value, key_fingerprint
-
-FAST = settings(max_examples=200, deadline=None)
-LIGHT = settings(max_examples=100, deadline=None)
+from tests.helpers import FAST, LIGHT
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1

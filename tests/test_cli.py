@@ -7,10 +7,6 @@ module-scoped fixture (a few at a time) and each test then checks the run(s) it 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,22 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.demo import DEMO_KEY, append_demo_batch
 from recluster.settings import CLUSTER_BY_PROPERTY
-from tests.helpers import METRIC_KEYS
-
-Run = subprocess.CompletedProcess[str]
-
-
-def run(args: Sequence[str | Path]) -> Run:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RECLUSTER_")}
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [sys.executable, "-m", "recluster.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+from tests.helpers import METRIC_KEYS, Run, run_cli
 
 
 def make_tables(root: Path) -> dict[str, Path]:
@@ -116,9 +97,9 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def runs(tables: dict[str, Path]) -> dict[str, Run]:
     todo = commands(tables)
+    wide = {"COLUMNS": "200"}  # no human-readable line wraps
     with ThreadPoolExecutor(max_workers=4) as pool:
-        done = dict(zip(todo, pool.map(run, todo.values()), strict=True))
-    return done
+        return dict(zip(todo, pool.map(lambda args: run_cli(*args, env=wide), todo.values()), strict=True))
 
 
 def output_json(result: Run) -> dict[str, Any]:

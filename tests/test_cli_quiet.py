@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+
+from tests.helpers import run_cli
 
 JVM_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
 """Printed by the JVM launcher itself for the module Spark 4 adds; no logging configuration reaches it."""
@@ -21,16 +20,7 @@ def test_final_run_prints_no_log4j_lines_and_writes_nothing_into_the_working_dir
     rng = np.random.default_rng(2)
     for _ in range(3):
         write_deltalake(str(table), pa.table({"k": rng.integers(0, 1_000, 300)}), mode="append")
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RECLUSTER_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "recluster.cli", "run", str(table), "--cluster-by", "k", "--final"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_cli("run", table, "--cluster-by", "k", "--final", cwd=cwd, timeout=300)
     assert result.returncode == 0, result.stderr
     noise = [line for line in result.stderr.splitlines() if line.strip() and line.strip() != JVM_NOTICE]
     assert not noise, "stderr of a normal run: " + "\n".join(noise)

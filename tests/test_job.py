@@ -15,17 +15,15 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.errors import TableError
 from recluster.core.metrics import clustering_info
 from recluster.core.selection.plan import level_threshold
-from recluster.delta.log_writer import set_table_properties
 from recluster.engine.api import read_snapshot
 from recluster.settings import (
-    CLUSTER_BY_PROPERTY,
     ClusteringSettings,
     SelectionSettings,
     Settings,
     StreamSettings,
     TableSettings,
 )
-from tests.helpers import row_multiset
+from tests.helpers import append_random, row_multiset
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -39,17 +37,6 @@ def settings_for(checkpoint: Path, tables: list[str]) -> Settings:
         ),
         tables=[TableSettings(uri=t) for t in tables],
     )
-
-
-def append(path: Path, rng: np.random.Generator, batch: int, rows: int = 2_000) -> pa.Table:
-    data = pa.table(
-        {"k": pa.array(rng.integers(0, 10**9, rows), pa.int64()), "batch": pa.array([batch] * rows, pa.int32())}
-    )
-    create = not (path / "_delta_log").exists()
-    write_deltalake(str(path), data, mode="append")
-    if create:
-        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
-    return data
 
 
 @contextlib.contextmanager
@@ -79,18 +66,18 @@ def assert_within_thresholds(path: Path, settings: Settings, slack_files: int = 
 def test_job_keeps_appends_clustered_and_survives_restart(tmp_path, spark):
     table = tmp_path / "events"
     rng = np.random.default_rng(11)
-    appended = [append(table, rng, 0)]
+    appended = [append_random(table, rng, 0)]
     settings = settings_for(tmp_path / "checkpoint", [str(table)])
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 15):
-            appended.append(append(table, rng, batch))
+            appended.append(append_random(table, rng, batch))
             query.processAllAvailable()
         merges_first_run = handler.status[str(table)].tasks
         assert merges_first_run > 0
     # Restart on the same checkpoint: the state is rebuilt from the log, no committed merge is redone.
     with running_job(spark, settings) as (query, handler):
         for batch in range(15, 30):
-            appended.append(append(table, rng, batch))
+            appended.append(append_random(table, rng, batch))
             query.processAllAvailable()
         status = handler.status[str(table)]
     expected = row_multiset(pa.concat_tables(appended))
@@ -108,13 +95,13 @@ def test_job_with_concurrent_delete_two_tables_and_bad_tables(tmp_path, spark):
     no_key = tmp_path / "nokey"
     missing = tmp_path / "does-not-exist-yet"
     rng = np.random.default_rng(12)
-    appended = {first: [append(first, rng, 0)], second: [append(second, rng, 0)]}
+    appended = {first: [append_random(first, rng, 0)], second: [append_random(second, rng, 0)]}
     write_deltalake(str(no_key), pa.table({"x": [1, 2, 3]}))
     settings = settings_for(tmp_path / "checkpoint", [str(first), str(second), str(no_key), str(missing)])
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 8):
             for path in (first, second):
-                appended[path].append(append(path, rng, batch))
+                appended[path].append(append_random(path, rng, batch))
             if batch == 4:
                 DeltaTable(str(first)).delete("batch = 2")
             query.processAllAvailable()
@@ -129,7 +116,7 @@ def test_job_with_concurrent_delete_two_tables_and_bad_tables(tmp_path, spark):
 
 def test_unwritable_checkpoint_is_a_clear_error(tmp_path, spark):
     table = tmp_path / "t"
-    append(table, np.random.default_rng(1), 0)
+    append_random(table, np.random.default_rng(1), 0)
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     settings = settings_for(blocker / "checkpoint", [str(table)])

@@ -29,6 +29,7 @@ from recluster.cli.watch import stream_settings
 from recluster.engine.job_state import LevelStatus, TableStatus
 from recluster.engine.k8s import kubernetes_spark_conf, prepare_event_log_dir, with_kubernetes
 from recluster.settings import HttpSettings, KubernetesSettings, Settings, SettingsError, load_settings
+from tests.helpers import append_random, run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
@@ -440,15 +441,15 @@ def test_watch_cli_wires_http_port_and_kubernetes(tmp_path, monkeypatch):
 
 
 def test_watch_fails_fast_when_the_http_port_is_taken(capsys):
-    from recluster.cli import main
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code = main(["watch", "--table", "/nowhere/t:k", "--http-port", str(port), "--set", "http.host=127.0.0.1"])
+        code, _, err = run_main(
+            capsys, "watch", "--table", "/nowhere/t:k", "--http-port", str(port), "--set", "http.host=127.0.0.1"
+        )
     assert code == 2
-    assert f"recluster: error: cannot serve HTTP on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert f"recluster: error: cannot serve HTTP on 127.0.0.1:{port}" in err
 
 
 # --- the image ------------------------------------------------------------------------------------------------
@@ -589,11 +590,11 @@ def test_server_serves_endpoints_without_spark():
 
 @pytest.mark.spark
 def test_http_endpoints_on_a_running_job(tmp_path, spark):
-    from tests.test_job import append, running_job, settings_for
+    from tests.test_job import running_job, settings_for
 
     table = tmp_path / "events"
     rng = np.random.default_rng(5)
-    append(table, rng, 0)
+    append_random(table, rng, 0)
     settings = settings_for(tmp_path / "checkpoint", [str(table)])
     # no merges needed here (the job tests cover them): a high threshold keeps the test fast
     settings = settings.model_copy(update={"clustering": settings.clustering.model_copy(update={"depth_ratio": 10.0})})
@@ -607,7 +608,7 @@ def test_http_endpoints_on_a_running_job(tmp_path, spark):
         with running_job(spark, settings) as (query, handler):
             server.attach(query, handler)
             for batch in (1, 2):
-                append(table, rng, batch)
+                append_random(table, rng, batch)
                 query.processAllAvailable()
             assert get(port, "/healthz") == (200, "ok\n")
             assert get(port, "/readyz") == (200, "ok\n")

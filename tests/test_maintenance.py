@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 from deltalake import DeltaTable
@@ -14,7 +11,7 @@ from recluster.core.blocks import data_file_name, parse_data_file_name
 from recluster.core.selection import select_merge_tasks
 from recluster.delta.maintenance import clean_orphans, find_orphans
 from recluster.engine.rounds import snapshot_loader, write_task
-from tests.helpers import row_multiset
+from tests.helpers import cli_json, row_multiset
 from tests.test_rounds import SETTINGS, _bounds, random_batches, run
 
 pytestmark = pytest.mark.spark
@@ -49,13 +46,8 @@ def test_crash_between_write_and_commit_leaves_only_cleanable_orphans(tmp_path, 
     assert clean_orphans(str(table), safety_age_seconds=3600, dry_run=True).deleted is False
     assert all((table / p).exists() for p in uncommitted)
 
-    listed = subprocess.run(
-        [sys.executable, "-m", "recluster.cli", "clean", str(table), "--safety-age-hours", "1", "--dry-run", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert {o["path"] for o in json.loads(listed.stdout)["orphans"]} == uncommitted
+    listed = cli_json("clean", table, "--safety-age-hours", "1", "--dry-run")
+    assert {o["path"] for o in listed["orphans"]} == uncommitted
 
     result = clean_orphans(str(table), safety_age_seconds=3600)
     assert {o.path for o in result.orphans} == uncommitted

@@ -33,10 +33,7 @@ from recluster.core.metrics import (
     nearest_rank,
     rank_keys,
 )
-from tests.helpers import METRIC_KEYS
-
-FAST = settings(max_examples=200, deadline=None)
-LIGHT = settings(max_examples=100, deadline=None)
+from tests.helpers import EMPTY_METRICS, FAST, LIGHT, METRIC_KEYS
 
 INT_KEY = [KeyColumn("k", KeyType.INTEGER)]
 INT_STRING_KEY = [KeyColumn("a", KeyType.INTEGER), KeyColumn("s", KeyType.STRING)]
@@ -328,18 +325,7 @@ def test_unclustered_blocks_only_count() -> None:
 
 
 def test_empty_input() -> None:
-    assert clustering_metrics([]).to_dict() == {
-        "total_block_count": 0,
-        "constant_block_count": 0,
-        "unclustered_block_count": 0,
-        "total_rows": 0,
-        "total_bytes": 0,
-        "average_overlaps": 0.0,
-        "average_depth": 1.0,
-        "p95_depth": 1,
-        "p99_depth": 1,
-        "block_depth_histogram": {},
-    }
+    assert clustering_metrics([]).to_dict() == EMPTY_METRICS
     info = clustering_info([])
     assert info.levels == {}
     assert info.to_dict() == {**clustering_metrics([]).to_dict(), "levels": {}}

@@ -4,13 +4,13 @@ files through pyarrow.fs (no Hadoop jars), rows checked by reading the table bac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError
 from deltalake import DeltaTable, write_deltalake
 
 from jobs.autorecluster import start_job, stop_gracefully
@@ -48,11 +48,12 @@ from recluster.settings import (
     load_settings,
 )
 from recluster.spark.merge import spark_reads_natively
-from tests.helpers import row_multiset
+from tests.helpers import row_multiset, run_cli, wait_for
 from triggers.delta_log import newest_version
 
 REGION = "us-east-1"
 SECRET_MARKER = "never-print-me"
+REQUESTS_MARKER = "requests-so-far"
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,26 @@ class S3Server:
         )
 
     def requests(self) -> list[str]:
-        """The request lines the server logged so far ("GET /bucket/key?query HTTP/1.1")."""
-        text, deadline = "", time.monotonic() + 5
-        while time.monotonic() < deadline:  # the server logs a request just after answering it: wait for quiet
-            time.sleep(0.2)
-            latest = self.request_log.read_text(encoding="utf-8", errors="replace")
-            if latest == text:
-                break
-            text = latest
-        text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-        return [line.split('"')[1] for line in text.splitlines() if line.count('"') >= 2 and " HTTP/1.1" in line]
+        """The request lines the server logged so far ("GET /bucket/key?query HTTP/1.1"). The server logs a request
+        just after answering it: a marker request sent now is logged after every request answered before it."""
+        marker = f"{REQUESTS_MARKER}-{uuid.uuid4().hex}"
+        with contextlib.suppress(ClientError):  # 404: no such object
+            self.client().head_object(Bucket=self.bucket, Key=marker)
+
+        def lines() -> list[str]:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", self.request_log.read_text(encoding="utf-8", errors="replace"))
+            return [line.split('"')[1] for line in text.splitlines() if line.count('"') >= 2 and " HTTP/1.1" in line]
+
+        wait_for(lambda: any(marker in line for line in lines()), f"the server to log the request for {marker}")
+        return [line for line in lines() if REQUESTS_MARKER not in line]
+
+
+def _created_user(iam) -> bool:
+    try:
+        iam.create_user(UserName="recluster")
+    except EndpointConnectionError:
+        return False
+    return True
 
 
 def _free_port() -> int:
@@ -121,15 +132,7 @@ def s3(tmp_path_factory) -> Iterator[S3Server]:
     try:
         admin = {"endpoint_url": endpoint, "aws_access_key_id": "x", "aws_secret_access_key": "x"}
         iam = boto3.client("iam", region_name=REGION, **admin)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                iam.create_user(UserName="recluster")
-                break
-            except EndpointConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.2)
+        wait_for(lambda: _created_user(iam), "moto_server to answer", process, timeout=30)
         policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
         iam.put_user_policy(UserName="recluster", PolicyName="all", PolicyDocument=json.dumps(policy))
         key = iam.create_access_key(UserName="recluster")["AccessKey"]
@@ -193,16 +196,6 @@ def run(uri: str, spark, settings: Settings, **options):
     return recluster_table(uri, loader, settings=settings, spark_factory=lambda: spark, **options)
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "recluster.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=120,
-    )
-
-
 def s3_environment(s3: S3Server, secret: str | None = None) -> dict[str, str]:
     """The standard AWS environment variables (what a deployment sets instead of storage options)."""
     return {
@@ -224,7 +217,9 @@ def test_info_and_final_recluster_on_s3(s3, spark):
     version_before = DeltaTable(uri, storage_options=s3.options()).version()
     assert table_info(uri, settings=settings).info.table.average_depth == 12.0
     assert not spark_reads_natively(spark, uri)  # no Hadoop S3 jars here: merges read through pyarrow.fs
-    forced = Settings(storage_options=s3.options(), spark=SparkSettings(data_reader="spark"))
+    forced = Settings(  # the Spark placement of the kernel, with Spark's own reader forced
+        storage_options=s3.options(), spark=SparkSettings(data_reader="spark"), merge={"in_process_max_bytes": 0}
+    )
     with pytest.raises(TableError, match=r"no Hadoop filesystem for s3://"):
         run(uri, spark, forced, final=True)
     assert DeltaTable(uri, storage_options=s3.options()).version() == version_before
@@ -239,7 +234,7 @@ def test_info_and_final_recluster_on_s3(s3, spark):
     assert row_multiset(read_back(s3, uri, version_before)) == before_rows  # time travel still reads
 
     # The CLI configured only by the standard AWS environment variables.
-    shown = cli("info", uri, "--json", env=s3_environment(s3))
+    shown = run_cli("info", uri, "--json", env=s3_environment(s3))
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["average_depth"] == 1.0
 
@@ -451,7 +446,7 @@ def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark)
     assert DeltaTable(uri, storage_options=unsafe).version() > version
 
     environment = {k: v for k, v in s3_environment(s3).items() if not k.startswith("RECLUSTER_")}
-    refused = cli("sql", f"ALTER TABLE delta.`{uri}` CLUSTER BY (s)", env=environment)
+    refused = run_cli("sql", f"ALTER TABLE delta.`{uri}` CLUSTER BY (s)", env=environment)
     assert refused.returncode == 1
     assert refused.stderr.startswith("recluster: error: refusing to commit") and refused.stderr.count("\n") == 1
 
@@ -459,12 +454,12 @@ def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark)
 def test_wrong_credentials_and_missing_bucket_are_one_line_errors(s3):
     uri = s3.table_uri("errors")
     append(s3, uri, pa.table({"k": pa.array([1], pa.int64())}))
-    wrong = cli("info", uri, "--json", env=s3_environment(s3, secret=SECRET_MARKER))
+    wrong = run_cli("info", uri, "--json", env=s3_environment(s3, secret=SECRET_MARKER))
     assert wrong.returncode == 1 and wrong.stdout == ""
     assert wrong.stderr.count("\n") == 1, wrong.stderr
     assert wrong.stderr.startswith(f"recluster: error: cannot open Delta table {uri}: ")
     assert "SignatureDoesNotMatch" in wrong.stderr and SECRET_MARKER not in wrong.stderr
-    missing = cli("run", "s3://no-such-bucket/t", "--final", env=s3_environment(s3))
+    missing = run_cli("run", "s3://no-such-bucket/t", "--final", env=s3_environment(s3))
     assert missing.returncode == 1
     assert missing.stderr == (
         "recluster: error: cannot open Delta table s3://no-such-bucket/t: "

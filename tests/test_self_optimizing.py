@@ -3,7 +3,6 @@ optimize/status/maintain`, full optimizing of partitions, vacuum and time travel
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,6 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.cli import main
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import ProcessStatus, ProcessType
 from recluster.delta.history import records_from_arrow
@@ -29,7 +27,7 @@ from recluster.settings import (
     TableSettings,
     history_location,
 )
-from tests.helpers import row_multiset
+from tests.helpers import main_json, row_multiset, run_main
 from tests.test_job import running_job
 
 pytestmark = pytest.mark.spark
@@ -120,45 +118,39 @@ def test_turning_a_table_off_takes_effect_at_the_next_batch(tmp_path, spark):
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
 
 
-def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:
-    capsys.readouterr()
-    assert main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def test_optimize_and_status_commands(tmp_path, spark, capsys):
     path = tmp_path / "t"
     appended = [timelike_append(path, b, rows=300, properties=SMALL) for b in range(8)]
     config = ["--set", f"self_optimizing.history_location={tmp_path / 'history'}"]
-    (before,) = cli_json(capsys, "status", str(path), *config)  # type: ignore[misc]
+    (before,) = main_json(capsys, "status", path, *config)
     assert (before["state"], before["pending"], before["pending_reason"]) == ("pending", "minor", "fragment_count")
     assert before["health"]["fragments"] == 8 and before["last"] == {}
 
-    planned = cli_json(capsys, "optimize", str(path), "--dry-run", *config)
-    assert planned["outcome"] == "dry_run" and "minor_optimizing" in planned["plan"]  # type: ignore[index]
+    planned = main_json(capsys, "optimize", path, "--dry-run", *config)
+    assert planned["outcome"] == "dry_run" and "minor_optimizing" in planned["plan"]
     assert not ours(path)
 
-    done = cli_json(capsys, "optimize", str(path), *config)
-    assert (done["type"], done["outcome"], done["files_removed"]) == ("minor", "done", 8)  # type: ignore[index]
-    assert done["after"]["fragments"] < 8  # type: ignore[index]
+    done = main_json(capsys, "optimize", path, *config)
+    assert (done["type"], done["outcome"], done["files_removed"]) == ("minor", "done", 8)
+    assert done["after"]["fragments"] < 8
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
 
-    (after,) = cli_json(capsys, "status", str(path), *config)  # type: ignore[misc]
+    (after,) = main_json(capsys, "status", path, *config)
     assert after["state"] == "idle" and "minor" in after["last"] and after["quota_occupation"] > 0
 
-    nothing = cli_json(capsys, "optimize", str(path), *config)
-    assert nothing["outcome"] == "nothing_due"  # type: ignore[index]
+    nothing = main_json(capsys, "optimize", path, *config)
+    assert nothing["outcome"] == "nothing_due"
 
     set_table_properties(path, {"self-optimizing.enabled": "false", "recluster.enabled": "false"})
-    (off,) = cli_json(capsys, "status", str(path), *config)  # type: ignore[misc]
+    (off,) = main_json(capsys, "status", path, *config)
     assert off["state"] == "disabled"
-    assert cli_json(capsys, "optimize", str(path), "--type", "full", *config)["outcome"] == "disabled"  # type: ignore[index]
+    assert main_json(capsys, "optimize", path, "--type", "full", *config)["outcome"] == "disabled"
 
     set_table_properties(path, {"self-optimizing.quota": "lots"})
-    capsys.readouterr()
-    assert main(["status", str(path), *config]) == 2
-    assert "self-optimizing.quota='lots'" in capsys.readouterr().err
-    assert cli_json(capsys, "status") == []  # no tables: an empty list for scripts
+    code, _, err = run_main(capsys, "status", path, *config)
+    assert code == 2
+    assert "self-optimizing.quota='lots'" in err
+    assert main_json(capsys, "status") == []  # no tables: an empty list for scripts
 
 
 def test_full_rewrites_each_partition_as_one_sorted_run(tmp_path, spark, capsys):
@@ -175,8 +167,8 @@ def test_full_rewrites_each_partition_as_one_sorted_run(tmp_path, spark, capsys)
         write_deltalake(str(path), data, mode="append", partition_by=["region"])
         appended.append(data)
     set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
-    done = cli_json(capsys, "optimize", str(path), "--type", "full", "--set", f"stream.checkpoint_location={tmp_path}")
-    assert done["outcome"] == "done" and done["failures"] == 0  # type: ignore[index]
+    done = main_json(capsys, "optimize", path, "--type", "full", "--set", f"stream.checkpoint_location={tmp_path}")
+    assert done["outcome"] == "done" and done["failures"] == 0
     snapshot = read_snapshot(str(path), settings=Settings())
     assert len(snapshot.blocks) == 3  # one file per partition (eu, us, NULL)
     assert clustering_info(snapshot.blocks).table.average_depth == 1.0
@@ -193,7 +185,7 @@ def test_vacuum_keeps_every_file_of_retained_versions(tmp_path, spark, capsys):
         )
         write_deltalake(str(path), data, mode="append")
         appended.append(data)
-    assert main(["run", str(path), "--final"]) == 0
+    assert run_main(capsys, "run", path, "--final")[0] == 0
     latest = DeltaTable(str(path)).version()
     expected = {v: row_multiset(DeltaTable(str(path), version=v).to_pyarrow_table()) for v in range(latest + 1)}
 
@@ -207,10 +199,10 @@ def test_vacuum_keeps_every_file_of_retained_versions(tmp_path, spark, capsys):
     # The table itself allows expiring removed files at once: vacuum deletes exactly the removed files.
     set_table_properties(path, {"delta.deletedFileRetentionDuration": "interval 0 hours"})
     live = set(DeltaTable(str(path)).file_uris())
-    dry = cli_json(capsys, "maintain", str(path), "--dry-run", "--set", "self_optimizing.maintenance.retention_hours=0")
-    assert dry["vacuumed_files"] and dry["dry_run"]  # type: ignore[index]
+    dry = main_json(capsys, "maintain", path, "--dry-run", "--set", "self_optimizing.maintenance.retention_hours=0")
+    assert dry["vacuumed_files"] and dry["dry_run"]
     swept = maintain_table(str(path), MaintenanceSettings(retention_hours=0))
-    assert sorted(swept.vacuumed) == sorted(dry["vacuumed_files"])  # type: ignore[index]
+    assert sorted(swept.vacuumed) == sorted(dry["vacuumed_files"])
     assert not live & {str(path / f) for f in swept.vacuumed}
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
 

@@ -178,16 +178,23 @@ def test_bad_environment_value_names_the_field(monkeypatch: pytest.MonkeyPatch) 
     assert_one_line(caught, "clustering.depth_ratio")
 
 
-def test_bad_file_value_names_the_field(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        pytest.param("clustering:\n  target_rows: lots\n", ["clustering.target_rows", "'lots'"], id="bad-value"),
+        pytest.param(
+            "clustering:\n  target_rows: lots\n  depth_ratio: -2\n",
+            ["clustering.target_rows", "clustering.depth_ratio"],  # both problems, on one line
+            id="two-problems",
+        ),
+        pytest.param("clustering: {depth_ratio: 0.2\n", ["malformed YAML", "line "], id="unclosed-yaml"),
+        pytest.param("- a\n- b\n", ["must hold a mapping"], id="not-a-mapping"),
+    ],
+)
+def test_bad_config_file_is_one_line_naming_the_problem(tmp_path: Path, text: str, fragments: list[str]) -> None:
     with pytest.raises(SettingsError) as caught:
-        load_settings(write(tmp_path, "clustering:\n  target_rows: lots\n"))
-    assert_one_line(caught, "clustering.target_rows", "'lots'")
-
-
-def test_two_problems_are_both_reported_on_one_line(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError) as caught:
-        load_settings(write(tmp_path, "clustering:\n  target_rows: lots\n  depth_ratio: -2\n"))
-    assert_one_line(caught, "clustering.target_rows", "clustering.depth_ratio")
+        load_settings(write(tmp_path, text))
+    assert_one_line(caught, *fragments)
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
@@ -195,18 +202,6 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as caught:
         load_settings(path)
     assert_one_line(caught, "malformed YAML", str(path), "line 3")
-
-
-def test_unclosed_yaml_names_a_line(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError) as caught:
-        load_settings(write(tmp_path, "clustering: {depth_ratio: 0.2\n"))
-    assert_one_line(caught, "malformed YAML", "line ")
-
-
-def test_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError) as caught:
-        load_settings(write(tmp_path, "- a\n- b\n"))
-    assert_one_line(caught, "must hold a mapping")
 
 
 def test_missing_config_file(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from recluster.delta.log_writer import set_table_properties
 from recluster.delta.snapshot import blocks_from_actions
 from recluster.engine.api import read_snapshot, table_info
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
+from tests.helpers import EMPTY_METRICS
 
 SETTINGS = Settings()
 
@@ -546,19 +547,7 @@ def test_timestamps_with_microseconds_and_dates_before_1970(tmp_path: Path, from
 # --- empty tables ---------------------------------------------------------------------------------------
 
 
-EMPTY_EXPECTED = {
-    "total_block_count": 0,
-    "constant_block_count": 0,
-    "unclustered_block_count": 0,
-    "total_rows": 0,
-    "total_bytes": 0,
-    "average_overlaps": 0.0,
-    "average_depth": 1.0,
-    "p95_depth": 1,
-    "p99_depth": 1,
-    "block_depth_histogram": {},
-    "levels": {},
-}
+EMPTY_EXPECTED = {**EMPTY_METRICS, "levels": {}}
 
 
 def test_empty_table_created_empty(tmp_path: Path) -> None:

@@ -2,62 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
-from recluster.delta.log_writer import set_table_properties
-from recluster.settings import CLUSTER_BY_PROPERTY
-from tests.helpers import row_multiset
+from tests.helpers import append_random, kill_tree, recluster_commits, row_multiset, start_watch, stop_watch, wait_for
 
 pytestmark = pytest.mark.slow
-
-WAIT_SECONDS = 180
-
-
-def start_watch(table: Path, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "recluster.cli",
-        "watch",
-        "--table",
-        f"{table}:k",
-        "--checkpoint",
-        str(checkpoint),
-        "--trigger-seconds",
-        "0.5",
-        "--starting-version",
-        "earliest",
-        "--set",
-        "clustering.target_rows=5000",
-        "--set",
-        "spark.master=local[1]",
-        "-v",
-    ]
-    with log.open("ab") as output:
-        return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
-def recluster_commits(table: Path) -> int:
-    return sum(1 for entry in DeltaTable(str(table)).history() if entry.get("recluster.producer") == "recluster")
 
 
 def test_watch_killed_restarted_and_stopped_gracefully(tmp_path):
@@ -66,31 +20,29 @@ def test_watch_killed_restarted_and_stopped_gracefully(tmp_path):
     appended: list[pa.Table] = []
 
     def append(batch: int) -> None:
-        data = pa.table({"k": pa.array(rng.integers(0, 10**6, 3_000), pa.int64()), "batch": [batch] * 3_000})
-        write_deltalake(str(table), data, mode="append")
-        appended.append(data)
+        appended.append(append_random(table, rng, batch, rows=3_000, high=10**6))
+
+    def watch() -> subprocess.Popen[bytes]:
+        return start_watch([table], checkpoint, log, trigger_seconds=0.5, target_rows=5_000)
 
     append(0)
-    set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
-    process = start_watch(table, checkpoint, log)
+    process = watch()
     try:
         for batch in range(1, 4):
             append(batch)
-        wait_for(lambda: recluster_commits(table) >= 1, "a first recluster commit")
+        wait_for(lambda: recluster_commits(table) >= 1, "a first recluster commit", process)
         append(4)
-        os.killpg(process.pid, signal.SIGKILL)  # no chance to clean up: mid-batch at worst
-        process.wait(timeout=30)
+        kill_tree(process)  # no chance to clean up: mid-batch at worst
         killed_at = recluster_commits(table)
 
-        process = start_watch(table, checkpoint, log)
+        process = watch()
         for batch in range(5, 9):
             append(batch)
-        wait_for(lambda: recluster_commits(table) > killed_at, "a recluster commit after the restart")
-        os.killpg(process.pid, signal.SIGTERM)
-        assert process.wait(timeout=90) == 0, log.read_text()[-3000:]
+        wait_for(lambda: recluster_commits(table) > killed_at, "a recluster commit after the restart", process)
+        stop_watch(process, log)
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_tree(process)
     text = log.read_text()
     assert "stopped (SIGTERM)" in text
     final = DeltaTable(str(table))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,21 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from recluster.delta.log_writer import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
+from tests.helpers import Run, run_cli
 from tests.reliability.checks import assert_intact
-
-Run = subprocess.CompletedProcess[str]
-
-
-def recluster(args: list[str]) -> Run:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLUSTER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "recluster.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
 
 
 def make_tables(root: Path) -> dict[str, Path]:
@@ -135,7 +121,7 @@ def runs(tables: dict[str, Path]) -> dict[str, tuple[Run, str]]:
     names = ("good", "mapped", "frozen")
     before = {name: fingerprint(tables[name]) for name in names}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        done = dict(zip(todo, pool.map(recluster, (args for args, _ in todo.values())), strict=True))
+        done = dict(zip(todo, pool.map(lambda args: run_cli(*args), (args for args, _ in todo.values())), strict=True))
     after = {name: fingerprint(tables[name]) for name in names}
     assert after == before, "a table was changed by bad input"
     return {name: (done[name], todo[name][1]) for name in todo}

@@ -8,11 +8,9 @@ version references.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import subprocess
-import sys
+import re
 import time
 from pathlib import Path
 
@@ -21,16 +19,17 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from tests.reliability.checks import COUNTS, assert_intact, scaled, soak
-from tests.reliability.processes import (
+from tests.helpers import (
     append_random,
-    kill_job,
-    our_files_on_disk,
+    cli_json,
+    kill_tree,
     recluster_commits,
     start_watch,
-    stop_job,
+    stop_watch,
     wait_for,
 )
+from tests.reliability.checks import COUNTS, assert_intact, scaled, soak
+from tests.reliability.processes import our_files_on_disk, start_phased_watch
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +39,11 @@ SEED = 20261122
 
 def _markers(directory: Path, phase: str) -> int:
     return sum(1 for name in os.listdir(directory) if name.startswith(f"{phase}-"))
+
+
+def seen_version(log: Path) -> int:
+    """The newest table version a job's status lines in `log` report (-1: none yet)."""
+    return max((int(v) for v in re.findall(r"recluster table=\S+ version=(\d+)", log.read_text())), default=-1)
 
 
 def referenced_by_any_version(table: Path) -> set[str]:
@@ -63,25 +67,32 @@ def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path):
         plan = [chooser.choice(PHASES) for _ in range(40)]
     else:  # CI: one kill during the Spark job (read, sort or write), one before and one right after a commit
         plan = chooser.sample([chooser.choice(PHASES[:2]), *PHASES[2:]], 3)
-    appended = [append_random(table, rng, 0)]
+    appended: list[pa.Table] = []
+
+    def append() -> int:
+        appended.append(append_random(table, rng, len(appended), rows=3_000, high=10**6))
+        return DeltaTable(str(table)).version()
+
+    append()
     for phase in plan:
         for _ in range(2):  # work for this life of the job
-            appended.append(append_random(table, rng, len(appended)))
+            append()
         for name in os.listdir(markers):  # each life of the job marks afresh
             os.remove(markers / name)
         pause = phase if phase in ("before_commit", "after_commit") else ""
-        process = start_watch([table], checkpoint, log, markers, pause)
+        process = start_phased_watch(table, checkpoint, log, markers, pause)
         try:
             if phase == "read_sort":
                 wait_for(lambda: _markers(markers, "merge") > 0, "a merge to start", process)
-                time.sleep(chooser.uniform(0.0, 1.5))  # somewhere in reading, sorting or writing
+                # the kill lands a seeded moment later, somewhere in reading, sorting or writing: nothing to wait for
+                time.sleep(chooser.uniform(0.0, 1.5))
             elif phase == "write":
                 on_disk = our_files_on_disk(table)
                 wait_for(lambda on_disk=on_disk: our_files_on_disk(table) - on_disk, "a merge output on disk", process)
             else:
                 wait_for(lambda phase=phase: _markers(markers, phase) > 0, f"the {phase} point", process)
         finally:
-            kill_job(process)
+            kill_tree(process)
         COUNTS.kills += 1
         assert_intact(table, pa.concat_tables(appended))
 
@@ -92,15 +103,20 @@ def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path):
     processes = [start_watch([table], checkpoint, logs[0]), start_watch([table], tmp_path / "checkpoint2", logs[1])]
     try:
         for _ in range(scaled(3, 20)):
-            appended.append(append_random(table, rng, len(appended)))
-            time.sleep(1.0)
+            version = append()
+            for process, output in zip(processes, logs, strict=True):  # the writer goes on once both have seen it
+                wait_for(
+                    lambda output=output, version=version: seen_version(output) >= version,
+                    f"both instances to see version {version}",
+                    process,
+                )
         for process, output in zip(processes, logs, strict=True):
             wait_for(lambda output=output: "recluster table=" in output.read_text(), "both instances at work", process)
         wait_for(lambda: recluster_commits(table) > committed, "a commit after the restarts", processes[0])
     finally:
         for process, output in zip(processes, logs, strict=True):
             if process.poll() is None:
-                stop_job(process, output)
+                stop_watch(process, output)
     for output in logs:
         assert "Traceback" not in output.read_text().split("watching 1 table")[-1], output.read_text()[-3000:]
     expected = pa.concat_tables(appended)
@@ -110,14 +126,8 @@ def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path):
     orphans = our_files_on_disk(table) - referenced_by_any_version(table)
     for path in our_files_on_disk(table):
         os.utime(table / path, (1, 1))  # past the safety age
-    cleaned = subprocess.run(
-        [sys.executable, "-m", "recluster.cli", "clean", str(table), "--safety-age-hours", "1", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    assert {o["path"] for o in json.loads(cleaned.stdout)["orphans"]} == orphans
+    cleaned = cli_json("clean", table, "--safety-age-hours", "1")
+    assert {o["path"] for o in cleaned["orphans"]} == orphans
     assert our_files_on_disk(table) == our_files_on_disk(table) & referenced_by_any_version(table)
     assert not (our_files_on_disk(table) & orphans)
     print(f"kills={len(plan)} phases={plan} orphans cleaned={len(orphans)}")

@@ -5,31 +5,24 @@ back empty; the job survives, catches up from the Delta log, and no row is lost 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
-from kafka import KafkaProducer
+from deltalake import DeltaTable
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.delta.log_writer import set_table_properties
 from recluster.engine.publish import commit_event_json
-from recluster.settings import (
-    CLUSTER_BY_PROPERTY,
-    ClusteringSettings,
-    KafkaSettings,
-    Settings,
-    StreamSettings,
-    TableSettings,
-)
+from tests.helpers import append_random, wait_for
+from tests.kafka_broker import job_settings, send
 from tests.reliability.checks import assert_intact
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_commits_topic_deleted_and_recreated_under_the_job(tmp_path, spark, broker):
+def test_commits_topic_deleted_and_recreated_under_the_job(tmp_path, spark, broker, triggers):
     topic = f"deleted-{time.time_ns()}"
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic(topic, 1, 1)])
@@ -38,24 +31,13 @@ def test_commits_topic_deleted_and_recreated_under_the_job(tmp_path, spark, brok
     appended: list[pa.Table] = []
 
     def append(announce: bool = True) -> None:
-        data = pa.table({"k": pa.array(rng.integers(0, 10**9, 2_000), pa.int64()), "batch": [len(appended)] * 2_000})
-        write_deltalake(str(table), data, mode="append")
-        appended.append(data)
+        appended.append(append_random(table, rng, len(appended)))
         if announce:
-            producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
             event = commit_event_json(str(table), DeltaTable(str(table)).version(), "WRITE", None).encode()
-            producer.send(topic, value=event, partition=0)
-            producer.flush(timeout=10)
-            producer.close()
+            send(broker.bootstrap, [event], topic=topic)
 
     append(announce=False)
-    set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
-    settings = Settings(
-        clustering=ClusteringSettings(target_rows=5_000),
-        stream=StreamSettings(source="kafka", checkpoint_location=str(tmp_path / "cp"), trigger_interval_seconds=0.2),
-        kafka=KafkaSettings(bootstrap_servers=broker.bootstrap, commits_topic=topic, starting_offsets="earliest"),
-        tables=[TableSettings(uri=str(table))],
-    )
+    settings = job_settings(broker, table, tmp_path / "cp", commits_topic=topic)
     query, handler = start_job(spark, settings, settings.tables)
     try:
         for _ in range(4):
@@ -65,9 +47,14 @@ def test_commits_topic_deleted_and_recreated_under_the_job(tmp_path, spark, brok
         assert before.tasks > 0, before
 
         admin.delete_topics([topic])
+        deleted = datetime.now(UTC)
         for _ in range(3):  # writers keep writing while the topic is gone
             append(announce=False)
-        time.sleep(2)  # triggers run against the missing topic: the query must survive them
+        # the query must survive the triggers it runs against the missing topic
+        wait_for(
+            lambda: not query.isActive or sum(start >= deleted for start in triggers) >= 2,
+            "two triggers run against the missing topic (or the query's end)",
+        )
         assert query.isActive, query.exception()
         admin.create_topics([NewTopic(topic, 1, 1)])  # back, empty: its offsets restart below the checkpoint's
         for _ in range(3):
