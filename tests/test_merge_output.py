@@ -67,9 +67,7 @@ def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spar
     import shutil
 
     from recluster.core.selection import select_merge_tasks
-    from recluster.engine.rounds import selection_bounds
-    from recluster.spark.kernel import merge_in_process, output_spec
-    from recluster.spark.merge import execute_task
+    from recluster.engine.rounds import selection_bounds, write_task
     from tests.table_shapes import add_deletion_vector, read_with_delta_rs, rows_digest, set_protocol_features
 
     source = tmp_path / "source"
@@ -82,24 +80,17 @@ def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spar
     for placement in ("spark", "in-process"):
         path = tmp_path / placement
         shutil.copytree(source, path)
-        settings = Settings(clustering={"target_rows": 20_000})  # type: ignore[arg-type]
+        in_process_max_bytes = 0 if placement == "spark" else 1 << 30
+        settings = Settings(
+            clustering={"target_rows": 20_000},  # type: ignore[arg-type]
+            merge={"in_process_max_bytes": in_process_max_bytes},  # type: ignore[arg-type]
+        )
         snapshot = snapshot_loader(str(path), settings, None)()
         plan = select_merge_tasks(
             str(path), snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None), final=True
         )
         (task,) = plan.tasks
-        spec = output_spec(
-            task,
-            table_root=snapshot.uri,
-            data_schema=snapshot.data_schema,
-            properties=snapshot.properties,
-            key=snapshot.key.names,
-            fingerprint=snapshot.key.fingerprint,
-            run_id="000000000abc",
-            target_rows=20_000,
-            target_file_bytes=1 << 30,
-        )
-        written = execute_task(spark, task, spec) if placement == "spark" else merge_in_process(task, spec)
+        written = write_task(spark, task, snapshot, settings=settings, run_id="000000000abc")
         files = sorted((f.rows, json.dumps(f.stats, sort_keys=True), f.level) for f in written)
         rows = pa.concat_tables([pq.read_table(path / f.path) for f in written])
         results.append((files, rows_digest(rows)))

@@ -16,7 +16,7 @@ from recluster.core.selection import select_merge_tasks
 from recluster.delta.commit import commit_task
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader, write_task
-from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings
+from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, MergeSettings, SelectionSettings, Settings
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.spark
@@ -59,13 +59,15 @@ def live_files(path: Path) -> list[str]:
     return list(DeltaTable(str(path)).file_uris())
 
 
-def test_final_on_random_appends_then_incremental_round(tmp_path, spark):
+@pytest.mark.parametrize("in_process_max_bytes", [0, 256 << 20], ids=["spark-placement", "in-process"])
+def test_final_on_random_appends_then_incremental_round(tmp_path, spark, in_process_max_bytes):
     table = tmp_path / "events"
     random_batches(table, batches=40, rows=1_000, seed=1)
     before_rows = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     version_before = DeltaTable(str(table)).version()
+    settings = SETTINGS.model_copy(update={"merge": MergeSettings(in_process_max_bytes=in_process_max_bytes)})
 
-    result = run(table, spark, final=True)
+    result = run(table, spark, settings, final=True)
 
     assert result.before.table.average_depth == 40.0
     assert result.after.table.average_depth <= 2.0
@@ -100,7 +102,7 @@ def test_final_on_random_appends_then_incremental_round(tmp_path, spark):
         for a in pa.table(grown.get_add_actions(flatten=True)).to_pylist()
         if not parse_data_file_name(a["path"])
     }
-    incremental = run(table, spark)
+    incremental = run(table, spark, settings)
     assert incremental.rounds == 1 and incremental.totals.files_removed == len(new_files) == 5
     assert incremental.totals.bytes_written < table_bytes / 3
     remaining = {a["path"] for a in pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()}

@@ -39,11 +39,6 @@ class Run:
     def rows(self) -> int:
         return sum(b.rows for b in self.files)
 
-    @property
-    def live_rows(self) -> int:
-        """Rows not hidden by deletion vectors: what the outputs must hold."""
-        return sum(b.live_rows for b in self.files)
-
 
 def file_age(block: Block) -> tuple[int, int | None]:
     """(age in ms, absorb horizon or None) of one file, from its name and its add action."""
