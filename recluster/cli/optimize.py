@@ -51,7 +51,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from recluster.spark.session import spark_session
 
     settings = settings_of(args)
-    loader = snapshot_loader(args.table, settings, parse_columns(args.cluster_by) if args.cluster_by else None)
+    key = parse_columns(args.cluster_by) if args.cluster_by else None
+    loader = snapshot_loader(args.table, settings, key, keyless=True)
     with Console(stderr=True).status("optimizing", spinner="dots"):
         result = optimize_table(
             loader,
@@ -92,7 +93,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     history = history_store(settings)
     key = parse_columns(args.cluster_by) if args.cluster_by else None
     reports = [
-        table_status(read_snapshot(uri, settings=settings, cluster_by=key), settings=settings, history=history)
+        table_status(
+            read_snapshot(uri, settings=settings, cluster_by=key, keyless=True), settings=settings, history=history
+        )
         for uri in uris
     ]
     if args.json:

@@ -177,6 +177,11 @@ class ClusterKey:
         return tuple(c.name for c in self.columns)
 
     @property
+    def keyless(self) -> bool:
+        """No cluster key: the table can be compacted, not clustered."""
+        return not self.columns
+
+    @property
     def fingerprint(self) -> str:
         return key_fingerprint(self.names)
 

@@ -83,11 +83,16 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def resolve_cluster_key(table: DeltaTable, cluster_by: Sequence[str] | None, uri: str = "") -> ClusterKey:
-    """The key from `cluster_by`, else the table property `recluster.clusterBy`, else a clear error."""
+def resolve_cluster_key(
+    table: DeltaTable, cluster_by: Sequence[str] | None, uri: str = "", *, keyless: bool = False
+) -> ClusterKey:
+    """The key from `cluster_by`, else the table property `recluster.clusterBy`, else a clear error (or, with
+    `keyless`, the empty key: compaction needs none)."""
     names = list(cluster_by or [])
     if not names:
         names = parse_columns(table.metadata().configuration.get(CLUSTER_BY_PROPERTY, ""))
+    if not names and keyless:
+        return ClusterKey(())
     if not names:
         raise TableError(
             f"table {uri or table.table_uri} has no cluster key: pass --cluster-by col1,col2 "
@@ -281,9 +286,14 @@ def blocks_from_actions(
         )
         row_count = rows[i]
         parsed = [_log_value(lo, hi, nc, row_count, i) for lo, hi, nc in per_column]
-        if all(ok for ok, _, _ in parsed) and row_count is not None:
-            low_values: tuple[Any, ...] | None = tuple(v for _, v, _ in parsed)
-            high_values: tuple[Any, ...] | None = tuple(v for _, _, v in parsed)
+        low_values: tuple[Any, ...] | None = None
+        high_values: tuple[Any, ...] | None = None
+        if not key.columns:  # no key: no range; the file only counts for its size (compaction)
+            if row_count is None:
+                row_count = footer_stats(table_uri, path, (), storage_options).rows
+        elif all(ok for ok, _, _ in parsed) and row_count is not None:
+            low_values = tuple(v for _, v, _ in parsed)
+            high_values = tuple(v for _, _, v in parsed)
         else:
             footer = footer_stats(table_uri, path, key.names, storage_options)
             row_count, low_values, high_values = footer.rows, footer.mins, footer.maxes

@@ -37,7 +37,7 @@ def storage_options_for(settings: Settings, uri: str) -> Mapping[str, str]:
 
 
 def open_checked_table(
-    uri: str, *, settings: Settings, cluster_by: Sequence[str] | None = None
+    uri: str, *, settings: Settings, cluster_by: Sequence[str] | None = None, keyless: bool = False
 ) -> tuple[DeltaTable, ClusterKey, Mapping[str, str]]:
     """Open a table, refuse features we cannot rewrite, and resolve its key: `cluster_by`, else the job's
     table config, else the table property. Returns the table, the key and the storage options used."""
@@ -45,7 +45,9 @@ def open_checked_table(
     options = table_storage_options(settings, configured)
     table = open_table(uri, options)
     check_supported(table)
-    key = resolve_cluster_key(table, cluster_by or (configured.cluster_by if configured else None), uri)
+    key = resolve_cluster_key(
+        table, cluster_by or (configured.cluster_by if configured else None), uri, keyless=keyless
+    )
     return table, key, options
 
 
@@ -55,8 +57,9 @@ def read_snapshot(
     settings: Settings,
     cluster_by: Sequence[str] | None = None,
     partition: Mapping[str, str] | None = None,
+    keyless: bool = False,
 ) -> TableSnapshot:
-    table, key, options = open_checked_table(uri, settings=settings, cluster_by=cluster_by)
+    table, key, options = open_checked_table(uri, settings=settings, cluster_by=cluster_by, keyless=keyless)
     return load_snapshot(table, key, uri=uri, storage_options=options, partition=partition)
 
 

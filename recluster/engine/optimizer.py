@@ -136,7 +136,8 @@ def run_process(
             if kind is ProcessType.RECLUSTER
             else plan_optimizing(snapshot.uri, snapshot.version, snapshot.blocks, config, kind, bounds)
         )
-    oversized = _oversized_partitions(plan) if kind is ProcessType.FULL else set()
+    # a keyless table has no sorted run to keep whole: its bounded tasks are the compaction
+    oversized = _oversized_partitions(plan) if kind is ProcessType.FULL and not snapshot.key.keyless else set()
     if oversized:
         plan = ReclusterPlan(
             plan.table,
@@ -331,7 +332,9 @@ def table_status(
 
 
 def recluster_plan(snapshot: TableSnapshot, settings: Settings) -> ReclusterPlan:
-    """The recluster round the table's policy would run now (empty: nothing above threshold)."""
+    """The recluster round the table's policy would run now (empty: nothing above threshold, or no key)."""
+    if snapshot.key.keyless:
+        return ReclusterPlan(snapshot.uri, snapshot.version, False, ())
     return select_merge_tasks(
         snapshot.uri, snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None)
     )

@@ -301,6 +301,10 @@ class SnapshotLoader:
         return load_snapshot(table, self.key, uri=self.uri, storage_options=self.storage_options)
 
 
-def snapshot_loader(uri: str, settings: Settings, key_names: Sequence[str] | None) -> SnapshotLoader:
-    table, key, options = open_checked_table(uri, settings=settings, cluster_by=key_names)
+def snapshot_loader(
+    uri: str, settings: Settings, key_names: Sequence[str] | None, *, keyless: bool = False
+) -> SnapshotLoader:
+    """Loads the table's current snapshot on each call; `keyless` accepts a table without a cluster key
+    (optimizing compacts it; reclustering needs a key)."""
+    table, key, options = open_checked_table(uri, settings=settings, cluster_by=key_names, keyless=keyless)
     return SnapshotLoader(uri, key, tuple(table.metadata().partition_columns), dict(options))

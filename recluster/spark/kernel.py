@@ -266,8 +266,9 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
     # A file's key range is per-column (min tuple, max tuple): two files that split one value of the first
     # key column overlap whatever the other columns hold, so files are cut where the first column changes,
-    # and a first-column value too big for one file is split only where the whole key changes.
-    run_starts = key_run_starts(table, spec.key)
+    # and a first-column value too big for one file is split only where the whole key changes. Without a key
+    # (compaction) every row may start a file: files are cut by size alone.
+    run_starts = key_run_starts(table, spec.key) if spec.key else np.arange(table.num_rows, dtype=np.int64)
     first_starts = key_run_starts(table, spec.key[:1]) if len(spec.key) > 1 else run_starts
     segments = file_segments(
         first_starts,
@@ -275,7 +276,7 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
         spec.target_rows,
         max(1, files_by_rows, files_by_bytes),
         inner_starts=run_starts if len(spec.key) > 1 else None,
-        forced=split_positions(table.column(spec.key[0]), spec.split_values),
+        forced=split_positions(table.column(spec.key[0]), spec.split_values) if spec.key else (),
     )
     filesystem = table_filesystem(spec.table_root, spec.storage_options)
     results = []
@@ -409,6 +410,7 @@ def merge_in_process(task: MergeTask, spec: OutputSpec) -> list[WrittenFile]:
     )
     indexes = pa.record_batch([pa.array(range(len(source.paths)), pa.int64())], names=["id"])
     table = pa.Table.from_batches(list(read_data_files(source, iter([indexes]))), schema=spec.schema)
-    ordered = table.take(pc.sort_indices(_sort_table(table, spec.key), sort_keys=_sort_keys(table, spec.key)))
-    results = [row for batch in write_sorted_partition(spec, iter(ordered.to_batches())) for row in batch.to_pylist()]
+    if spec.key:
+        table = table.take(pc.sort_indices(_sort_table(table, spec.key), sort_keys=_sort_keys(table, spec.key)))
+    results = [row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()]
     return written_files(task, results)

@@ -124,7 +124,11 @@ def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataRead
     frame = frame.toDF(*positional)
     order = [frame[positional[data_schema.names.index(name)]].asc_nulls_first() for name in spec.key]
     partitions = max(1, math.ceil(task.rows / spec.target_rows), math.ceil(task.bytes / spec.target_file_bytes))
-    # Range-partition on the first key column only, so that one of its values never spans two partitions.
-    sorted_frame = frame.repartitionByRange(partitions, order[0]).sortWithinPartitions(*order)
+    # Range-partition on the first key column only, so that one of its values never spans two partitions;
+    # without a key (compaction) only the number of partitions matters.
+    if order:
+        sorted_frame = frame.repartitionByRange(partitions, order[0]).sortWithinPartitions(*order)
+    else:
+        sorted_frame = frame.repartition(partitions)
     rows = sorted_frame.mapInArrow(lambda batches: write_sorted_partition(spec, batches), RESULT_SCHEMA).collect()
     return written_files(task, (row.asDict() for row in rows))
