@@ -81,10 +81,11 @@ def main() -> int:
     rows += metrics_rows(run_metrics(quick))
     timings["metrics"] = time.perf_counter() - mark
 
-    from bench import commit_bench, compare, memory_bench, merge_bench, stream_bench
+    from bench import commit_bench, compare, memory_bench, merge_bench, output_bench, stream_bench
 
     for name, module in (
         ("commit", commit_bench),
+        ("output", output_bench),
         ("merge", merge_bench),
         ("stream", stream_bench),
         ("memory", memory_bench),

@@ -202,6 +202,18 @@ def commit(results: Results) -> str:
     )
 
 
+def output(results: Results) -> str:
+    file, o = results.get("output")
+    size, speed = o["summary"]
+    rows = [[m["measure"], num(m["recluster"]), num(m["baseline"]), num(m["ratio"]), m["goal"]] for m in (size, speed)]
+    return (
+        f"**FINAL against delta-rs z_order** (`python -m bench.output_bench`, {source(file)}, {o['files']} files, "
+        f"{o['source_bytes'] / 1e6:.0f} MB, codecs {', '.join(o['recluster']['codecs'])} vs "
+        f"{', '.join(o['z_order']['codecs'])}):\n\n"
+        + table(("measure", "recluster", "z_order", "ratio", "goal"), rows, "lrrrl")
+    )
+
+
 # ---- Performance: the anchors (bench.compare) -----------------------------------------------------------------
 
 ANCHOR_ROWS = {
@@ -398,6 +410,7 @@ def memory(results: Results) -> str:
 BLOCKS: dict[str, Callable[[Results], str]] = {
     "performance": performance,
     "commit": commit,
+    "output": output,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,
     "compare-peers": compare_peers,
