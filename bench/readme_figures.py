@@ -11,96 +11,30 @@ from __future__ import annotations
 import argparse
 import difflib
 import itertools
-import json
 import re
 import sys
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-README = ROOT / "README.md"
-MB = 1_000_000
-
-Json = dict[str, Any]
-BLOCK = re.compile(
-    r"^(?P<indent>[ \t]*)<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)^(?P=indent)<!-- /figures:(?P=name) -->$",
-    re.MULTILINE | re.DOTALL,
+from bench.figures import (
+    BLOCK,
+    MB,
+    NO_BREAKS,
+    OPENING,
+    README,
+    RESULTS,
+    WIDTH,
+    Json,
+    Results,
+    goal_lines,
+    met,
+    num,
+    source,
+    span,
+    table,
+    whole,
 )
-OPENING = re.compile(r"<!-- figures:([a-z0-9-]+) -->")
-WIDTH = 120
-NO_BREAKS: dict[str, Any] = {"break_long_words": False, "break_on_hyphens": False}
-
-
-class Results:
-    """The newest results file of each benchmark: `<name>-<YYYY-MM-DD>.json` (so `merge` never means `merge-quick`)."""
-
-    def __init__(self, directory: Path = RESULTS) -> None:
-        self.directory = directory
-        self._loaded: dict[str, tuple[str, Json]] = {}
-
-    def newest_name(self, name: str) -> str | None:
-        pattern = re.compile(rf"^{re.escape(name)}-(\d{{4}}-\d{{2}}-\d{{2}})\.json$")
-        dated = [(m[1], p.name) for p in self.directory.glob(f"{name}-*.json") if (m := pattern.match(p.name))]
-        return max(dated)[1] if dated else None
-
-    def get(self, name: str) -> tuple[str, Json]:
-        """(file name, content) of the newest `name` results; a missing benchmark is an error, not a blank row."""
-        if name not in self._loaded:
-            file = self.newest_name(name)
-            if file is None:
-                raise ValueError(f"no {name}-<date>.json in {self.directory}")
-            data = json.loads((self.directory / file).read_text(encoding="utf-8"))
-            self._loaded[name] = (file, data)
-        return self._loaded[name]
-
-
-# ---- formatting: one rule for every figure ---------------------------------------------------------------------
-
-
-def num(value: float) -> str:
-    """Three significant digits with trailing zeros kept (2.90, 0.0719, 14.0); >= 100 as a whole number."""
-    if value == 0:
-        return "0"
-    if abs(value) >= 99.95:
-        return f"{value:,.0f}"
-    return f"{value:#.3g}".rstrip(".")
-
-
-def whole(value: float) -> str:
-    """Counts and depths that are whole numbers print as integers (60, not 60.0)."""
-    return f"{int(value):,}" if float(value).is_integer() else num(value)
-
-
-def span(values: Iterable[float], fmt: Callable[[float], str] = num) -> str:
-    """A range `low-high` (one value when they are equal)."""
-    ordered = sorted(values)
-    low, high = fmt(ordered[0]), fmt(ordered[-1])
-    return low if low == high else f"{low}-{high}"
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "missed"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
-    """A markdown table; `align` has one letter per column: `l` for text, `r` for figures."""
-    lines = [headers, ["---:" if a == "r" else "---" for a in align], *rows]
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
-
-
-def source(*files: str) -> str:
-    return ", ".join(f"`bench/results/{f}`" for f in files)
-
-
-def goal_lines(goals: Sequence[Json], extra: dict[int, str] | None = None) -> list[str]:
-    """The goals a bench evaluated and wrote, one bullet each (`extra`: a note after goal i)."""
-    return [
-        f"- {g['goal']}: {g['value']} -> **{met(g['met'])}**{(extra or {}).get(i, '')}" for i, g in enumerate(goals)
-    ]
-
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -202,15 +136,34 @@ def commit(results: Results) -> str:
     )
 
 
+def summary_table(summary: Sequence[Json]) -> str:
+    """A bench's summary rows (measure, recluster, baseline, ratio, goal) as a README table."""
+    rows = [[m["measure"], num(m["recluster"]), num(m["baseline"]), num(m["ratio"]), m["goal"]] for m in summary]
+    return table(("measure", "recluster", "baseline", "ratio", "goal"), rows, "lrrrl")
+
+
 def output(results: Results) -> str:
     file, o = results.get("output")
-    size, speed = o["summary"]
-    rows = [[m["measure"], num(m["recluster"]), num(m["baseline"]), num(m["ratio"]), m["goal"]] for m in (size, speed)]
+    codecs = "; ".join(
+        f"{size['label']}: " + ", ".join(f"{side} {'/'.join(best['codecs'])}" for side, best in size["best"].items())
+        for size in o["sizes"]
+    )
     return (
-        f"**FINAL against delta-rs z_order** (`python -m bench.output_bench`, {source(file)}, {o['files']} files, "
-        f"{o['source_bytes'] / 1e6:.0f} MB, codecs {', '.join(o['recluster']['codecs'])} vs "
-        f"{', '.join(o['z_order']['codecs'])}):\n\n"
-        + table(("measure", "recluster", "z_order", "ratio", "goal"), rows, "lrrrl")
+        f"**FINAL against delta-rs z_order and raw Spark** (`python -m bench.output_bench`, {source(file)}; 40 files "
+        "per table, each side on its own copy in a process of its own, the rewrite timed; baseline = z_order, raw "
+        f"Spark's sort or raw Spark's JVM as the row says; Parquet codecs read from the footers: {codecs}):\n\n"
+        + summary_table(o["summary"])
+    )
+
+
+def fixed_cost(results: Results) -> str:
+    file, f = results.get("fixed-cost")
+    rounds = f["per_append_round"]
+    return (
+        f"**Fixed costs** (`python -m bench.fixed_cost_bench`, {source(file)}; cold commands in fresh processes, "
+        f"best of {len(f['info']['recluster_seconds'])}; per-append rounds in a warm process, the slowest of "
+        f"{len(rounds['round_seconds'])}, {sum(t > 0 for t in rounds['tasks'])} of them merged):\n\n"
+        + summary_table(f["summary"])
     )
 
 
@@ -411,6 +364,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "performance": performance,
     "commit": commit,
     "output": output,
+    "fixed-cost": fixed_cost,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,
     "compare-peers": compare_peers,

@@ -78,8 +78,21 @@ class ParquetSettings(_Section):
 class MergeSettings(_Section):
     parquet: ParquetSettings = ParquetSettings()
     in_process_max_bytes: int = Field(256 * MIB, ge=0)
-    """Tasks of at most this many input bytes run the merge kernel in the process (no JVM, no Spark job);
-    bigger ones in Spark tasks. 0: always Spark."""
+    """Tasks of at most this many input bytes run the merge kernel in the process in one piece (no JVM, no Spark
+    job). Bigger ones are range-partitioned: where `placement` says."""
+    placement: Literal["auto", "process", "spark"] = "auto"
+    """Where tasks above in_process_max_bytes run. `spark`: in Spark tasks (range partitioning by Spark's
+    shuffle). `process`: in this process, ranges spilled to local disk, `threads` at a time (memory bounded by
+    the output file size, not the task's). `auto`: the process when spark.master is local (the same cores,
+    measured faster: bench/output_bench.py), else Spark."""
+    threads: int | None = Field(None, ge=1)
+    """Ranges (and output files) the in-process kernel works on at once; None: the machine's cores."""
+    spill_dir: str | None = None
+    """Where the in-process kernel spills its ranges (None: the system's temporary directory)."""
+
+    @property
+    def resolved_threads(self) -> int:
+        return self.threads or os.cpu_count() or 1
 
 
 class SelectionSettings(_Section):

@@ -26,7 +26,7 @@ def keyless_table(path: Path, partitioned: bool = False) -> pa.Table:
     return DeltaTable(str(path)).to_pyarrow_table()
 
 
-@pytest.mark.parametrize("kind", ["minor", "major", "full", "minor-in-spark"])
+@pytest.mark.parametrize("kind", ["minor", "major", "full", "minor-in-spark", "minor-in-ranges"])
 def test_optimizing_compacts_a_table_without_a_key(tmp_path: Path, spark: Any, capsys: Any, kind: str) -> None:
     path = tmp_path / "t"
     expected = keyless_table(path, partitioned=kind == "full")
@@ -35,8 +35,10 @@ def test_optimizing_compacts_a_table_without_a_key(tmp_path: Path, spark: Any, c
     if kind == "major":  # the 500-row appends are fragments; as segments they are undersized
         settings += ["--set", "self_optimizing.fragment_ratio=100000"]
     if kind == "minor-in-spark":  # the kernel's Spark placement: repartitioned, not sorted
-        settings += ["--set", "merge.in_process_max_bytes=0"]
-    result = main_json(capsys, "optimize", str(path), "--type", kind.removesuffix("-in-spark"), *settings)
+        settings += ["--set", "merge.in_process_max_bytes=0", "--set", "merge.placement=spark"]
+    if kind == "minor-in-ranges":  # the in-process kernel range-partitioned through spill files
+        settings += ["--set", "merge.in_process_max_bytes=0", "--set", "merge.placement=process"]
+    result = main_json(capsys, "optimize", str(path), "--type", kind.split("-in-")[0], *settings)
     after = DeltaTable(str(path)).file_uris()
     assert result["outcome"] == "done" and result["failures"] == 0, result  # type: ignore[index]
     assert len(after) < before

@@ -77,13 +77,12 @@ def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spar
         first = sorted(a["path"] for a in pa.table(DeltaTable(str(source)).get_add_actions(True)).to_pylist())[0]
         add_deletion_vector(str(source), first, list(range(0, 3_000, 7)))
     results = []
-    for placement in ("spark", "in-process"):
+    for placement in ("spark", "process", "auto"):  # Spark tasks, in-process ranges, in-process in one piece
         path = tmp_path / placement
         shutil.copytree(source, path)
-        in_process_max_bytes = 0 if placement == "spark" else 1 << 30
         settings = Settings(
             clustering={"target_rows": 20_000},  # type: ignore[arg-type]
-            merge={"in_process_max_bytes": in_process_max_bytes},  # type: ignore[arg-type]
+            merge={"in_process_max_bytes": 1 << 30 if placement == "auto" else 0, "placement": placement},  # type: ignore[arg-type]
         )
         snapshot = snapshot_loader(str(path), settings, None)()
         plan = select_merge_tasks(
@@ -95,4 +94,4 @@ def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spar
         rows = pa.concat_tables([pq.read_table(path / f.path) for f in written])
         results.append((files, rows_digest(rows)))
         assert rows_digest(rows) == rows_digest(read_with_delta_rs(str(path)).select(rows.column_names))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]

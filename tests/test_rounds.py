@@ -59,13 +59,19 @@ def live_files(path: Path) -> list[str]:
     return list(DeltaTable(str(path)).file_uris())
 
 
-@pytest.mark.parametrize("in_process_max_bytes", [0, 256 << 20], ids=["spark-placement", "in-process"])
-def test_final_on_random_appends_then_incremental_round(tmp_path, spark, in_process_max_bytes):
+@pytest.mark.parametrize(
+    ("in_process_max_bytes", "placement"),
+    [(0, "spark"), (0, "process"), (256 << 20, "auto")],
+    ids=["spark-placement", "in-process-ranges", "in-process"],
+)
+def test_final_on_random_appends_then_incremental_round(tmp_path, spark, in_process_max_bytes, placement):
     table = tmp_path / "events"
     random_batches(table, batches=40, rows=1_000, seed=1)
     before_rows = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     version_before = DeltaTable(str(table)).version()
-    settings = SETTINGS.model_copy(update={"merge": MergeSettings(in_process_max_bytes=in_process_max_bytes)})
+    settings = SETTINGS.model_copy(
+        update={"merge": MergeSettings(in_process_max_bytes=in_process_max_bytes, placement=placement)}
+    )
 
     result = run(table, spark, settings, final=True)
 

@@ -218,7 +218,9 @@ def test_info_and_final_recluster_on_s3(s3, spark):
     assert table_info(uri, settings=settings).info.table.average_depth == 12.0
     assert not spark_reads_natively(spark, uri)  # no Hadoop S3 jars here: merges read through pyarrow.fs
     forced = Settings(  # the Spark placement of the kernel, with Spark's own reader forced
-        storage_options=s3.options(), spark=SparkSettings(data_reader="spark"), merge={"in_process_max_bytes": 0}
+        storage_options=s3.options(),
+        spark=SparkSettings(data_reader="spark"),
+        merge={"in_process_max_bytes": 0, "placement": "spark"},  # type: ignore[arg-type]
     )
     with pytest.raises(TableError, match=r"no Hadoop filesystem for s3://"):
         run(uri, spark, forced, final=True)

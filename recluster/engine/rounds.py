@@ -112,8 +112,10 @@ def write_task(
     spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str
 ) -> list[WrittenFile]:
     """Merge one task: its outputs are written into the table location, not yet committed. Tasks of at most
-    merge.in_process_max_bytes run the kernel in this process, bigger ones in Spark tasks."""
-    from recluster.spark.kernel import merge_in_process, output_spec
+    merge.in_process_max_bytes run the kernel in this process in one piece, bigger ones range-partitioned where
+    merge.placement says (`needs_spark`)."""
+    from recluster.spark.in_process import merge_in_process, merge_range_partitioned
+    from recluster.spark.kernel import output_spec
     from recluster.spark.merge import execute_task
 
     spec = output_spec(
@@ -129,13 +131,21 @@ def write_task(
         storage_options=snapshot.storage_options,
         parquet=settings.merge.parquet,
     )
+    merge = settings.merge
+    if task.bytes <= merge.in_process_max_bytes:
+        return merge_in_process(task, spec, threads=merge.resolved_threads)
     if not needs_spark(task, settings):
-        return merge_in_process(task, spec)
+        return merge_range_partitioned(task, spec, threads=merge.resolved_threads, spill_dir=merge.spill_dir)
     return execute_task(spark, task, spec, settings.spark.data_reader)
 
 
 def needs_spark(task: MergeTask, settings: Settings) -> bool:
-    return task.bytes > settings.merge.in_process_max_bytes
+    """Whether the task runs in Spark tasks: above merge.in_process_max_bytes, and placed on Spark by
+    merge.placement (`auto`: only when Spark's master is a cluster, not `local`)."""
+    placement = settings.merge.placement
+    if task.bytes <= settings.merge.in_process_max_bytes or placement == "process":
+        return False
+    return placement == "spark" or not settings.spark.master.startswith("local")
 
 
 def run_task(

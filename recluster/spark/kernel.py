@@ -15,6 +15,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,6 +243,8 @@ class OutputSpec:
     horizon_ms: int | None = None
     split_values: tuple[Any, ...] = ()
     parquet: ParquetSettings = field(default_factory=ParquetSettings)
+    write_threads: int = 1
+    """Output files of one sorted partition written at once (in the process; Spark tasks write one at a time)."""
 
 
 def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -> list[int]:
@@ -254,6 +257,27 @@ def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -
         positions.append(nulls + int(pc.sum(pc.less(column, scalar)).as_py() or 0))
         positions.append(nulls + int(pc.sum(pc.less_equal(column, scalar)).as_py() or 0))
     return positions
+
+
+def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level: int) -> dict[str, Any]:
+    """Write one output file of a sorted piece; its result row (path, rows, bytes, Delta stats, level)."""
+    relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id, spec.horizon_ms))
+    location = file_location(spec.table_root, relative)
+    if os.path.dirname(location):
+        filesystem.create_dir(os.path.dirname(location), recursive=True)  # object stores: no request
+    with filesystem.open_output_stream(location) as sink:
+        pq.write_table(
+            piece,
+            sink,
+            compression=spec.parquet.codec,
+            compression_level=spec.parquet.level,
+            row_group_size=spec.parquet.row_group_rows,
+            use_dictionary=spec.parquet.dictionary,
+            write_statistics=True,
+        )
+        size = sink.tell()
+    stats = json.dumps(delta_stats(piece, spec.stats_columns, spec.key))
+    return {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": stats, "level": level}
 
 
 def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -279,36 +303,18 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
         forced=split_positions(table.column(spec.key[0]), spec.split_values) if spec.key else (),
     )
     filesystem = table_filesystem(spec.table_root, spec.storage_options)
-    results = []
-    for start, stop in segments:
-        piece = table.slice(start, stop - start)
-        stats = delta_stats(piece, spec.stats_columns, spec.key)
+
+    def write(segment: tuple[int, int]) -> dict[str, Any]:
+        start, stop = segment
         constant = not np.any((run_starts > start) & (run_starts < stop))  # one key value only
-        level = LEVEL_CONSTANT if constant and piece.num_rows >= spec.target_rows else spec.output_level
-        relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id, spec.horizon_ms))
-        location = file_location(spec.table_root, relative)
-        if os.path.dirname(location):
-            filesystem.create_dir(os.path.dirname(location), recursive=True)  # object stores: no request
-        with filesystem.open_output_stream(location) as sink:
-            pq.write_table(
-                piece,
-                sink,
-                compression=spec.parquet.codec,
-                compression_level=spec.parquet.level,
-                row_group_size=spec.parquet.row_group_rows,
-                use_dictionary=spec.parquet.dictionary,
-                write_statistics=True,
-            )
-            size = sink.tell()
-        results.append(
-            {
-                "path": relative,
-                "rows": piece.num_rows,
-                "bytes": size,
-                "stats": json.dumps(stats),
-                "level": level,
-            }
-        )
+        level = LEVEL_CONSTANT if constant and stop - start >= spec.target_rows else spec.output_level
+        return write_output_file(spec, filesystem, table.slice(start, stop - start), level)
+
+    if spec.write_threads > 1 and len(segments) > 1:  # pyarrow compresses and writes with the GIL released
+        with ThreadPoolExecutor(min(spec.write_threads, len(segments))) as pool:
+            results = list(pool.map(write, segments))
+    else:
+        results = [write(segment) for segment in segments]
     yield pa.RecordBatch.from_pylist(
         results,
         schema=pa.schema(
@@ -369,48 +375,3 @@ def written_files(task: MergeTask, rows: Iterable[Mapping[str, Any]]) -> list[Wr
         )
         for row in rows
     ]
-
-
-def _nan_rank(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """0 for NULL, 1 for a number, 2 for NaN: Spark's ascending order puts NaN above +inf, Arrow next to NULLs."""
-    nan = pc.fill_null(pc.is_nan(column), False)
-    return pc.if_else(pc.is_null(column), 0, pc.if_else(nan, 2, 1)).cast(pa.int8())
-
-
-def _sort_table(table: pa.Table, key: Sequence[str]) -> pa.Table:
-    """The key columns to sort by, float columns preceded by their NaN rank."""
-    columns: dict[str, pa.ChunkedArray] = {}
-    for index, name in enumerate(key):
-        column = table.column(name)
-        if pa.types.is_floating(column.type):
-            columns[f"rank{index}"] = _nan_rank(column)
-        columns[f"key{index}"] = column
-    return pa.table(columns)
-
-
-def _sort_keys(table: pa.Table, key: Sequence[str]) -> list[tuple[str, str, str]]:
-    keys = []
-    for index, name in enumerate(key):
-        if pa.types.is_floating(table.column(name).type):
-            keys.append((f"rank{index}", "ascending", "at_start"))
-        keys.append((f"key{index}", "ascending", "at_start"))
-    return keys
-
-
-def merge_in_process(task: MergeTask, spec: OutputSpec) -> list[WrittenFile]:
-    """The same kernel in this process, for small tasks: no JVM, no Spark job. The task's files are read with
-    their deletion vectors applied, sorted by the key with NULLs first (as Spark's asc_nulls_first; NaN above
-    +inf in both), and handed to `write_sorted_partition` as one sorted partition."""
-    source = InputSpec(
-        table_root=spec.table_root,
-        storage_options=spec.storage_options,
-        paths=tuple(block.path for block in task.files),
-        schema=spec.schema,
-        deletion_vectors=tuple(block.deletion_vector for block in task.files),
-    )
-    indexes = pa.record_batch([pa.array(range(len(source.paths)), pa.int64())], names=["id"])
-    table = pa.Table.from_batches(list(read_data_files(source, iter([indexes]))), schema=spec.schema)
-    if spec.key:
-        table = table.take(pc.sort_indices(_sort_table(table, spec.key), sort_keys=_sort_keys(table, spec.key)))
-    results = [row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()]
-    return written_files(task, results)

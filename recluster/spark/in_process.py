@@ -1,0 +1,204 @@
+"""The in-process placement of the merge kernel: no JVM, no Spark job, the driver's memory bounded.
+
+A task of at most `merge.in_process_max_bytes` is read, sorted and written in one piece (`merge_in_process`).
+A bigger one is range-partitioned like Spark's placement, by this process (`merge_range_partitioned`): quantile
+bounds of the first key column from a sample, every input file routed once into per-range Arrow IPC spill files
+on local disk, then each range read back, sorted and handed to `kernel.write_sorted_partition` — `threads`
+ranges at a time, so memory holds about `threads` output files' rows whatever the task's size. A key value never
+spans two ranges (a value equal to a bound starts the range), NULLs go first and NaN last, as Spark orders them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from recluster.core.blocks import WrittenFile
+from recluster.core.selection.plan import MergeTask
+from recluster.delta.storage import file_location, table_filesystem
+from recluster.spark.kernel import InputSpec, OutputSpec, read_data_files, write_sorted_partition, written_files
+
+SAMPLE_ROWS_PER_RANGE = 1000
+"""Key values sampled per output range to place the bounds (Spark's RangePartitioner takes a few dozen)."""
+
+
+def range_count(task: MergeTask, spec: OutputSpec) -> int:
+    """As many ranges as output files: the count the Spark placement range-partitions into."""
+    return max(1, math.ceil(task.rows / spec.target_rows), math.ceil(task.bytes / spec.target_file_bytes))
+
+
+def _input_spec(task: MergeTask, spec: OutputSpec) -> InputSpec:
+    return InputSpec(
+        table_root=spec.table_root,
+        storage_options=spec.storage_options,
+        paths=tuple(block.path for block in task.files),
+        schema=spec.schema,
+        deletion_vectors=tuple(block.deletion_vector for block in task.files),
+    )
+
+
+def _read_files(source: InputSpec, indexes: Sequence[int]) -> Iterator[pa.RecordBatch]:
+    batch = pa.record_batch([pa.array(indexes, pa.int64())], names=["id"])
+    return read_data_files(source, iter([batch]))
+
+
+def _nan_rank(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """0 for NULL, 1 for a number, 2 for NaN: Spark's ascending order puts NaN above +inf, Arrow next to NULLs."""
+    nan = pc.fill_null(pc.is_nan(column), False)
+    return pc.if_else(pc.is_null(column), 0, pc.if_else(nan, 2, 1)).cast(pa.int8())
+
+
+def sort_by_key(table: pa.Table, key: Sequence[str]) -> pa.Table:
+    """Rows in key order, NULLs first and NaN above +inf (Spark's asc_nulls_first)."""
+    columns: dict[str, pa.ChunkedArray] = {}
+    sort_keys = []
+    for index, name in enumerate(key):
+        column = table.column(name)
+        if pa.types.is_floating(column.type):
+            columns[f"rank{index}"] = _nan_rank(column)
+            sort_keys.append((f"rank{index}", "ascending", "at_start"))
+        columns[f"key{index}"] = column
+        sort_keys.append((f"key{index}", "ascending", "at_start"))
+    return table.take(pc.sort_indices(pa.table(columns), sort_keys=sort_keys))
+
+
+def merge_in_process(task: MergeTask, spec: OutputSpec, threads: int = 1) -> list[WrittenFile]:
+    """The kernel on a small task in one piece: its files read with their deletion vectors applied, sorted,
+    and handed to `write_sorted_partition` as one sorted partition (`threads` output files written at once)."""
+    source = _input_spec(task, spec)
+    table = pa.Table.from_batches(list(_read_files(source, range(len(source.paths)))), schema=spec.schema)
+    if spec.key:
+        table = sort_by_key(table, spec.key)
+    spec = dataclasses.replace(spec, write_threads=threads)
+    results = [row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()]
+    return written_files(task, results)
+
+
+def range_bounds(sample: pa.ChunkedArray, ranges: int) -> list[Any]:
+    """Up to ranges - 1 increasing first-key values at the sample's quantiles (NULL and NaN excluded)."""
+    values = sample.filter(pc.invert(pc.is_nan(sample))) if pa.types.is_floating(sample.type) else sample
+    values = pc.drop_null(values)
+    if len(values) == 0 or ranges < 2:
+        return []
+    ordered = values.take(pc.sort_indices(values))
+    picks = [ordered[(len(ordered) * i) // ranges].as_py() for i in range(1, ranges)]
+    return [value for i, value in enumerate(picks) if i == 0 or value != picks[i - 1]]
+
+
+def range_ids(column: pa.ChunkedArray | pa.Array, bounds: Sequence[Any]) -> npt.NDArray[np.int32]:
+    """Per row, its range: the number of bounds at or below its value (NULL: 0, NaN: the last range)."""
+    ids = np.zeros(len(column), dtype=np.int32)
+    for bound in bounds:
+        at_or_above = pc.greater_equal(column, pa.scalar(bound).cast(column.type))
+        ids += pc.fill_null(at_or_above, False).to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(column.type):
+        ids[pc.fill_null(pc.is_nan(column), False).to_numpy(zero_copy_only=False)] = len(bounds)
+    return ids
+
+
+def _sample_first_key(task: MergeTask, spec: OutputSpec, ranges: int, threads: int) -> pa.ChunkedArray:
+    """A random sample of the first key column, about SAMPLE_ROWS_PER_RANGE per range, drawn from every file in
+    proportion to its rows (only that column is read; deleted rows may be in it, which only moves bounds)."""
+    filesystem = table_filesystem(spec.table_root, spec.storage_options)
+    wanted = SAMPLE_ROWS_PER_RANGE * ranges / max(task.rows, 1)
+    generator = np.random.default_rng(len(task.files))
+    seeds = generator.integers(0, 2**31, size=len(task.files))
+    column_name = spec.key[0]
+
+    def sample(index: int) -> pa.ChunkedArray:
+        with filesystem.open_input_file(file_location(spec.table_root, task.files[index].path)) as handle:
+            parquet = pq.ParquetFile(handle, pre_buffer=True)
+            if column_name not in parquet.schema_arrow.names:
+                return pa.chunked_array([pa.nulls(1, spec.schema.field(column_name).type)])
+            column = parquet.read(columns=[column_name]).column(0).cast(spec.schema.field(column_name).type)
+        take = min(len(column), math.ceil(len(column) * wanted))
+        chosen = np.random.default_rng(seeds[index]).choice(len(column), size=take, replace=False)
+        return column.take(pa.array(np.sort(chosen)))
+
+    with ThreadPoolExecutor(threads) as pool:
+        pieces = list(pool.map(sample, range(len(task.files))))
+    return pa.chunked_array([chunk for piece in pieces for chunk in piece.chunks], spec.schema.field(column_name).type)
+
+
+class _SpillFiles:
+    """One Arrow IPC stream file per range; batches from any thread, one writer lock per range."""
+
+    def __init__(self, directory: str, schema: pa.Schema, ranges: int) -> None:
+        self.paths = [os.path.join(directory, f"range-{index:05d}.arrows") for index in range(ranges)]
+        self._writers = [pa.ipc.new_stream(pa.OSFile(path, "wb"), schema) for path in self.paths]
+        self._locks = [threading.Lock() for _ in range(ranges)]
+
+    def append(self, index: int, batch: pa.RecordBatch) -> None:
+        with self._locks[index]:
+            self._writers[index].write_batch(batch)
+
+    def close(self) -> None:
+        for writer in self._writers:
+            writer.close()
+
+
+def merge_range_partitioned(
+    task: MergeTask, spec: OutputSpec, *, threads: int, spill_dir: str | None = None
+) -> list[WrittenFile]:
+    """The kernel on a big task in this process: range-partition through local spill files, then sort and
+    write each range (see the module's docstring). Without a key, rows are spread over the ranges in order."""
+    ranges = range_count(task, spec)
+    source = _input_spec(task, spec)
+    bounds = range_bounds(_sample_first_key(task, spec, ranges, threads), ranges) if spec.key else []
+    ranges = len(bounds) + 1 if spec.key else ranges
+    directory = tempfile.mkdtemp(prefix="recluster-merge-", dir=spill_dir)
+    try:
+        spill = _SpillFiles(directory, spec.schema, ranges)
+        offsets = np.cumsum([0, *(block.rows for block in task.files)])
+
+        def route(index: int) -> None:
+            position = int(offsets[index])
+            for batch in _read_files(source, [index]):
+                if spec.key:
+                    ids = range_ids(batch.column(spec.key[0]), bounds)
+                else:  # compaction: consecutive rows of the task fill the ranges in turn
+                    rows = np.arange(position, position + batch.num_rows)
+                    ids = np.minimum(rows * ranges // max(task.rows, 1), ranges - 1).astype(np.int32)
+                position += batch.num_rows
+                order = np.argsort(ids, kind="stable")
+                routed = batch.take(pa.array(order))
+                edges = np.concatenate(([0], np.cumsum(np.bincount(ids, minlength=ranges))))
+                for part in np.flatnonzero(np.diff(edges)):
+                    spill.append(int(part), routed.slice(int(edges[part]), int(edges[part + 1] - edges[part])))
+
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(route, range(len(task.files))))
+        finally:
+            spill.close()
+
+        def write_range(path: str) -> list[dict[str, Any]]:
+            with pa.OSFile(path) as source_file:
+                table = pa.ipc.open_stream(source_file).read_all()
+            os.remove(path)
+            if table.num_rows == 0:
+                return []
+            if spec.key:
+                table = sort_by_key(table, spec.key)
+            return [
+                row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()
+            ]
+
+        with ThreadPoolExecutor(threads) as pool:
+            results = [row for rows in pool.map(write_range, spill.paths) for row in rows]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return written_files(task, results)
