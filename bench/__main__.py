@@ -4,7 +4,8 @@ In sequence: the metrics benchmark (bench/metrics_bench.py, when present), merge
 amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py), peak driver memory of planning on
 a 100,000-file table (bench/memory_bench.py), the cost of our own log commits against delta-rs's
 (bench/commit_bench.py), FINAL against z_order and raw Spark (bench/output_bench.py), fixed costs of small work
-(bench/fixed_cost_bench.py), then every strategy against its anchors on the same workloads (bench/compare/, which
+(bench/fixed_cost_bench.py), multi-column keys on curves (bench/curve_bench.py), then every strategy against its
+anchors on the same workloads (bench/compare/, which
 also cites the results of the three before it).
 Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
 """
@@ -82,12 +83,22 @@ def main() -> int:
     rows += metrics_rows(run_metrics(quick))
     timings["metrics"] = time.perf_counter() - mark
 
-    from bench import commit_bench, compare, fixed_cost_bench, memory_bench, merge_bench, output_bench, stream_bench
+    from bench import (
+        commit_bench,
+        compare,
+        curve_bench,
+        fixed_cost_bench,
+        memory_bench,
+        merge_bench,
+        output_bench,
+        stream_bench,
+    )
 
     for name, module in (
         ("commit", commit_bench),
         ("output", output_bench),
         ("fixed-cost", fixed_cost_bench),
+        ("curve", curve_bench),
         ("merge", merge_bench),
         ("stream", stream_bench),
         ("memory", memory_bench),

@@ -167,6 +167,16 @@ def fixed_cost(results: Results) -> str:
     )
 
 
+def curve(results: Results) -> str:
+    file, c = results.get("curve")
+    return (
+        f"**Multi-column keys on a curve** (`python -m bench.curve_bench`, {source(file)}; random (a, b) int64 keys, "
+        f"{c['appends']} appends x {c['rows_per_append']:,} rows, {c['target_rows']:,} rows per file; the share of "
+        "files a point predicate on one column reads after min/max pruning, averaged over 99 points at the data's "
+        "quantiles; row write amplification counts the appends' own write as 1):\n\n" + summary_table(c["summary"])
+    )
+
+
 # ---- Performance: the anchors (bench.compare) -----------------------------------------------------------------
 
 ANCHOR_ROWS = {
@@ -365,6 +375,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "commit": commit,
     "output": output,
     "fixed-cost": fixed_cost,
+    "curve": curve,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,
     "compare-peers": compare_peers,

@@ -30,6 +30,10 @@ MIB = 1 << 20
 
 CLUSTER_BY_PROPERTY = "recluster.clusterBy"
 """Table property holding the cluster key, written by `ALTER TABLE t CLUSTER BY (a, b)`."""
+CURVE_PROPERTY = "recluster.curve"
+"""Table property holding the curve of a multi-column key (`hilbert`, `zorder`, `linear`): `CLUSTER BY ... USING`."""
+RANGES_PROPERTY = "recluster.curveRanges"
+"""Table property naming the range bounds of a curve key: `_recluster/ranges-<id>.json` in the table's directory."""
 POLICY_PROPERTY = "recluster.policy"
 """Table property choosing the selection policy of one table (`levels` or `absorb`)."""
 
@@ -61,6 +65,9 @@ class ClusteringSettings(_Section):
     max_tasks_per_round: int = Field(4, ge=1)
     max_final_rounds: int = Field(100, ge=1)
     """FINAL stops after this many rounds even if it still makes progress."""
+    curve: Literal["hilbert", "zorder", "linear"] | None = None
+    """How a multi-column key orders rows; None: the table property `recluster.curve`, else hilbert for two or
+    more key columns and linear (lexicographic) for one."""
 
 
 class ParquetSettings(_Section):
@@ -170,6 +177,8 @@ class TableSettings(_Section):
     uri: str
     cluster_by: list[str] | None = None
     """Overrides the table property `recluster.clusterBy`."""
+    curve: Literal["hilbert", "zorder", "linear"] | None = None
+    """Overrides the table property `recluster.curve` (and clustering.curve)."""
     storage_options: dict[str, str] = Field(default_factory=dict, repr=False)
     """delta-rs storage options of this table, merged over the global ones (may hold secrets: never printed)."""
 

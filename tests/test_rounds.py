@@ -16,7 +16,14 @@ from recluster.core.selection import select_merge_tasks
 from recluster.delta.commit import commit_task
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader, write_task
-from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, MergeSettings, SelectionSettings, Settings
+from recluster.settings import (
+    CLUSTER_BY_PROPERTY,
+    CURVE_PROPERTY,
+    ClusteringSettings,
+    MergeSettings,
+    SelectionSettings,
+    Settings,
+)
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.spark
@@ -234,7 +241,7 @@ def test_cluster_key_change_leaves_old_files_until_final(tmp_path, spark):
     random_batches(table, batches=4, rows=500, seed=7)
     run(table, spark, final=True)
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
-    set_table_properties(table, {CLUSTER_BY_PROPERTY: "s,k"})
+    set_table_properties(table, {CLUSTER_BY_PROPERTY: "s,k", CURVE_PROPERTY: "linear"})  # lexicographic
     random_batches(table, batches=2, rows=500, seed=8)
     expected_after_appends = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     assert expected_after_appends != expected

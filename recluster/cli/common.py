@@ -52,7 +52,8 @@ def parse_partition(values: Sequence[str] | None) -> dict[str, str]:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config, args.set or [])
+    curve = getattr(args, "curve", None)
+    return load_settings(args.config, [*(args.set or []), *([f"clustering.curve={curve}"] if curve else [])])
 
 
 def print_json(data: Any) -> None:

@@ -43,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     info.add_argument("table", metavar="TABLE_URI", help="table path, file:// or object-store URI")
     info.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
+    info.add_argument(
+        "--curve",
+        choices=("hilbert", "zorder", "linear"),
+        help="how a multi-column key orders rows (default: table property, else hilbert for 2+ columns)",
+    )
     info.add_argument("--partition", action="append", metavar="COLUMN=VALUE", help="only this partition (repeatable)")
     add_common_options(info)
     info.set_defaults(handler=cmd_info)
@@ -54,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("table", metavar="TABLE_URI")
     run.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
+    run.add_argument(
+        "--curve",
+        choices=("hilbert", "zorder", "linear"),
+        help="how a multi-column key orders rows (default: table property, else hilbert for 2+ columns)",
+    )
     run.add_argument("--final", action="store_true", help="repeat rounds until the table is fully clustered")
     run.add_argument("--where", metavar="EXPR", help="only files whose key/partition stats may match EXPR")
     run.add_argument("--limit", type=int, metavar="N", help="rewrite at most N files in this run")
@@ -161,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("table", metavar="TABLE_URI")
     optimize.add_argument("--type", choices=["minor", "major", "full"], help="the process to run (default: due one)")
     optimize.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
+    optimize.add_argument(
+        "--curve",
+        choices=("hilbert", "zorder", "linear"),
+        help="how a multi-column key orders rows (default: table property, else hilbert for 2+ columns)",
+    )
     optimize.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     add_common_options(optimize)
     optimize.set_defaults(handler=cmd_optimize)
@@ -172,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("table", nargs="*", metavar="TABLE_URI", help="tables (default: the configured tables)")
     status.add_argument("--cluster-by", metavar="a,b", help="cluster key (default: the table property)")
+    status.add_argument(
+        "--curve",
+        choices=("hilbert", "zorder", "linear"),
+        help="how a multi-column key orders rows (default: table property, else hilbert for 2+ columns)",
+    )
     add_common_options(status)
     status.set_defaults(handler=cmd_status)
 

@@ -44,6 +44,14 @@ def render_info(result: TableInfo, console: Console) -> None:
     for level, metrics in info.levels.items():
         grid.add_row(*metrics_row(f"level {level}", metrics))
     console.print(grid)
+    if snapshot.key.on_curve:
+        bounds = snapshot.key.bounds
+        console.print(
+            f"curve {snapshot.key.curve}: {bounds if bounds else 'no range bounds yet (the first merge samples them)'}"
+        )
+    if info.column_scan:
+        scans = ", ".join(f"{name} {share:.3f}" for name, share in info.column_scan.items())
+        console.print(f"files a point predicate reads (share, per key column): {scans}", markup=False)
     histogram = info.table.block_depth_histogram
     if histogram:
         console.print("depth histogram (blocks per depth bucket)")

@@ -15,6 +15,7 @@ from recluster.core.keys import parse_columns
 from recluster.engine.api import table_info
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
+    CURVE_PROPERTY,
     Settings,
 )
 
@@ -104,6 +105,7 @@ def recluster_and_report(
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    from recluster.core.curves import default_curve
     from recluster.core.keys import format_columns
     from recluster.core.sql import ClusterByStatement, parse_statement
     from recluster.delta.log_writer import set_table_properties
@@ -122,16 +124,24 @@ def cmd_sql(args: argparse.Namespace) -> int:
             return 0
         raise
     if isinstance(statement, ClusterByStatement):
-        key = resolve_cluster_key(table, statement.columns, statement.table)
+        curve = statement.curve or default_curve(len(statement.columns))
+        key = resolve_cluster_key(table, statement.columns, statement.table, curve=curve)
         require_safe_commits(statement.table, options, settings.commit.allow_unsafe_single_writer)
-        set_table_properties(statement.table, {CLUSTER_BY_PROPERTY: format_columns(key.names)}, options)
-        summary = {"table": statement.table, "cluster_by": list(key.names), "fingerprint": key.fingerprint}
+        properties = {CLUSTER_BY_PROPERTY: format_columns(key.names), CURVE_PROPERTY: str(key.curve)}
+        set_table_properties(statement.table, properties, options)
+        summary = {
+            "table": statement.table,
+            "cluster_by": list(key.names),
+            "curve": str(key.curve),
+            "fingerprint": key.fingerprint,
+        }
         if args.json:
             print_json(summary)
         else:
             print(
                 f"cluster key of {statement.table} is now ({key}), fingerprint {key.fingerprint}; files sorted "
                 f"by an older key are left alone until `recluster run --final`"
+                + ("" if not key.on_curve else " (on a curve, files not yet on it are merged onto it over time)")
             )
         return 0
     return recluster_and_report(

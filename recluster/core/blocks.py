@@ -52,6 +52,15 @@ class Block:
     """The add action's modificationTime (ms): the age of an appended file for the `absorb` policy."""
     deletion_vector: DeletionVector | None = None
     """The file's deletion vector in the log: `rows` counts the rows it hides, `live_rows` does not."""
+    curve_range: tuple[int, int] | None = None
+    """Under a curve key, the file's curve values (from its name; None: not sorted on the current curve)."""
+
+    @property
+    def cut_range(self) -> tuple[Any, Any]:
+        """The file's range in what merges cut outputs on: the curve value, else the first key column."""
+        if self.curve_range is not None:
+            return self.curve_range
+        return (self.min_values[0] if self.min_values else None, self.max_values[0] if self.max_values else None)
 
     @property
     def has_deletion_vector(self) -> bool:
@@ -76,7 +85,8 @@ class Block:
 
 _FILE_NAME = re.compile(
     r"(?:^|/)part-L(?P<level>-1|\d{2})-k(?P<fingerprint>[0-9a-f]{8})-r(?P<run>[0-9a-f]{12})-"
-    r"(?:h(?P<horizon>[0-9a-f]{12})-)?(?P<uuid>[0-9a-f]{32})\.parquet$"
+    r"(?:h(?P<horizon>[0-9a-f]{12})-)?(?:c(?P<curve_low>[0-9a-f]{10})-(?P<curve_high>[0-9a-f]{10})-)?"
+    r"(?P<uuid>[0-9a-f]{32})\.parquet$"
 )
 
 
@@ -90,13 +100,23 @@ class WrittenFileName:
     horizon_ms: int | None = None
     """Written by the `absorb` policy: run_id is the run's age (ms, hex) and this the age of the newest run
     the absorb takes in, so a sliced absorb can resume from the log alone."""
+    curve_range: tuple[int, int] | None = None
+    """Written under a curve key: the lowest and highest curve value of the file's rows."""
 
 
-def data_file_name(level: int, fingerprint: str, run_id: str, horizon_ms: int | None = None) -> str:
-    """`part-L01-k3f9a1c07-r<run>[-h<horizon>]-<uuid>.parquet`: level, key and run survive log checkpoints."""
+def data_file_name(
+    level: int,
+    fingerprint: str,
+    run_id: str,
+    horizon_ms: int | None = None,
+    curve_range: tuple[int, int] | None = None,
+) -> str:
+    """`part-L01-k3f9a1c07-r<run>[-h<horizon>][-c<low>-<high>]-<uuid>.parquet`: level, key, run and curve range
+    survive log checkpoints."""
     level_text = "-1" if level == LEVEL_CONSTANT else f"{min(level, MAX_LEVEL):02d}"
     horizon = "" if horizon_ms is None else f"h{horizon_ms:012x}-"
-    return f"part-L{level_text}-k{fingerprint}-r{run_id}-{horizon}{uuid.uuid4().hex}.parquet"
+    curve = "" if curve_range is None else f"c{curve_range[0]:010x}-{curve_range[1]:010x}-"
+    return f"part-L{level_text}-k{fingerprint}-r{run_id}-{horizon}{curve}{uuid.uuid4().hex}.parquet"
 
 
 def parse_data_file_name(path: str) -> WrittenFileName | None:
@@ -105,7 +125,8 @@ def parse_data_file_name(path: str) -> WrittenFileName | None:
     if match is None:
         return None
     horizon = None if match["horizon"] is None else int(match["horizon"], 16)
-    return WrittenFileName(int(match["level"]), match["fingerprint"], match["run"], horizon)
+    curve = None if match["curve_low"] is None else (int(match["curve_low"], 16), int(match["curve_high"], 16))
+    return WrittenFileName(int(match["level"]), match["fingerprint"], match["run"], horizon, curve)
 
 
 def age_run_id(age_ms: int) -> str:

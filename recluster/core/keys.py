@@ -19,6 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from recluster.core.blocks import Block
+from recluster.core.curves import DRIFT_SHARE, Curve, RangeBounds
 from recluster.core.errors import TableError
 
 DELTA_STRING_STATS_PREFIX = 32
@@ -134,6 +136,73 @@ def encode_partition(partition: Sequence[tuple[str, str | None]]) -> bytes:
     return b"".join(_NULL if v is None else _VALUE + _encode_bytes(v.encode("utf-8")) for _, v in partition)
 
 
+def bound_to_json(value: Any, column: KeyColumn) -> Any:
+    """A bound as JSON: numbers and strings as they are, dates ISO, timestamps as microseconds, decimals as text."""
+    match column.type:
+        case KeyType.DATE:
+            return value.isoformat()
+        case KeyType.TIMESTAMP:
+            return comparable(value, column)
+        case KeyType.DECIMAL:
+            return str(value)
+        case KeyType.BINARY:
+            return bytes(value).hex()
+    return value
+
+
+def comparable(value: Any, column: KeyColumn) -> Any:
+    """A value (Python, or a bound read back from JSON) in the form ranks compare: dates as days, timestamps as
+    microseconds, decimals as floats (monotone), binary as bytes, booleans as 0/1."""
+    match column.type:
+        case KeyType.DATE:
+            day = dt.date.fromisoformat(value) if isinstance(value, str) else value
+            return (day - dt.date(1970, 1, 1)).days
+        case KeyType.TIMESTAMP:
+            if isinstance(value, int):
+                return value
+            epoch = dt.datetime(1970, 1, 1, tzinfo=value.tzinfo and dt.UTC)
+            delta = value - epoch
+            return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        case KeyType.DECIMAL:
+            return float(decimal.Decimal(value))
+        case KeyType.BINARY:
+            return bytes.fromhex(value) if isinstance(value, str) else bytes(value)
+        case KeyType.BOOLEAN:
+            return int(bool(value))
+    return value
+
+
+def comparable_bounds(bounds: RangeBounds, columns: Sequence[KeyColumn]) -> list[list[Any]]:
+    """Per column, its bounds in `comparable` form (what `curves.column_ranks` compares values with)."""
+    return [[comparable(v, c) for v in b] for b, c in zip(bounds.bounds, columns, strict=True)]
+
+
+def bounds_drifted(blocks: Sequence[Block], key: ClusterKey) -> bool:
+    """Whether a curve key needs new range bounds: it has none, or more than DRIFT_SHARE of the live rows sit in
+    files whose range of some key column lies entirely outside that column's bounds (stats tell, no data read)."""
+    if key.bounds is None:
+        return True
+    total = sum(b.live_rows for b in blocks)
+    columns = comparable_bounds(key.bounds, key.columns)
+    for index, (column, bounds) in enumerate(zip(key.columns, columns, strict=True)):
+        if not bounds or not total:
+            continue
+        outside = 0
+        for block in blocks:
+            low = block.min_values[index] if block.min_values else None
+            high = block.max_values[index] if block.max_values else None
+            if low is None or high is None:
+                continue
+            try:
+                if comparable(low, column) > bounds[-1] or comparable(high, column) < bounds[0]:
+                    outside += block.live_rows
+            except TypeError:  # a stat of another type than the column's (an older schema): no verdict
+                continue
+        if outside > DRIFT_SHARE * total:
+            return True
+    return False
+
+
 def key_fingerprint(columns: Sequence[str], mode: str = "lexicographic") -> str:
     """Short, stable hash of the cluster key (column list and ordering mode), written into file names."""
     text = f"{mode}:" + ",".join(c.lower() for c in columns)
@@ -168,9 +237,16 @@ def key_column(name: str, arrow_type: pa.DataType) -> KeyColumn:
     raise TableError(f"key column {name!r} has unsupported type {arrow_type}")
 
 
+CURVE_COLUMN = KeyColumn("__curve", KeyType.INTEGER)
+"""What a curve key's blocks are ranged and cut on: the curve value (a file's range is in its name)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterKey:
     columns: tuple[KeyColumn, ...]
+    curve: Curve = Curve.LINEAR
+    bounds: RangeBounds | None = None
+    """A curve key's range bounds, None until the first merge samples them (every file is then unclustered)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -182,11 +258,18 @@ class ClusterKey:
         return not self.columns
 
     @property
+    def on_curve(self) -> bool:
+        return self.curve is not Curve.LINEAR
+
+    @property
     def fingerprint(self) -> str:
-        return key_fingerprint(self.names)
+        if not self.on_curve:
+            return key_fingerprint(self.names)
+        return key_fingerprint(self.names, f"{self.curve}:{self.bounds.id if self.bounds else 'unbounded'}")
 
     def __str__(self) -> str:
-        return ", ".join(self.names)
+        text = ", ".join(self.names)
+        return text if not self.on_curve else f"{text} using {self.curve}"
 
 
 def parse_columns(text: str) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recluster.core.blocks import Block
+from recluster.core.keys import ClusterKey
+from recluster.core.pruning import column_scan_fractions
 
 IntArray = npt.NDArray[np.int64]
 
@@ -303,11 +305,14 @@ class ClusteringInfo:
 
     table: ClusteringMetrics
     levels: Mapping[int, ClusteringMetrics]
+    column_scan: Mapping[str, float] = field(default_factory=dict)
+    """Per key column, the average fraction of files a point predicate on it reads (`pruning`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.table.to_dict(),
             "levels": {str(level): self.levels[level].to_dict() for level in sorted(self.levels)},
+            **({"column_scan": dict(self.column_scan)} if self.column_scan else {}),
         }
 
 
@@ -318,11 +323,12 @@ def blocks_by_level(blocks: Iterable[Block]) -> dict[int, list[Block]]:
     return levels
 
 
-def clustering_info(blocks: Sequence[Block]) -> ClusteringInfo:
+def clustering_info(blocks: Sequence[Block], key: ClusterKey | None = None) -> ClusteringInfo:
+    """Whole-table and per-level metrics, and per column of `key` the scan fraction."""
     levels = {level: clustering_metrics(members) for level, members in sorted(blocks_by_level(blocks).items())}
     # A table of one level is that level: no second computation.
     table = next(iter(levels.values())) if len(levels) == 1 else clustering_metrics(blocks)
-    return ClusteringInfo(table=table, levels=levels)
+    return ClusteringInfo(table=table, levels=levels, column_scan=column_scan_fractions(blocks, key) if key else {})
 
 
 class ClusteringState:
@@ -377,7 +383,8 @@ class ClusteringState:
             self._cached[level] = members.metrics() if members else clustering_metrics(())
         return self._cached[level]
 
-    def info(self) -> ClusteringInfo:
+    def info(self, key: ClusterKey | None = None) -> ClusteringInfo:
         levels = {level: self.level_metrics(level) for level in self.levels}
-        table = next(iter(levels.values())) if len(levels) == 1 else clustering_metrics(self.blocks)
-        return ClusteringInfo(table=table, levels=levels)
+        blocks = self.blocks
+        table = next(iter(levels.values())) if len(levels) == 1 else clustering_metrics(blocks)
+        return ClusteringInfo(table=table, levels=levels, column_scan=column_scan_fractions(blocks, key) if key else {})

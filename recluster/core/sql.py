@@ -1,5 +1,5 @@
 """The SQL front end: `ALTER TABLE t RECLUSTER [FINAL] [WHERE cond] [LIMIT n]`, `OPTIMIZE TABLE t RECLUSTER`,
-`ALTER TABLE t CLUSTER BY (a, b)`, and WHERE predicates evaluated on file stats.
+`ALTER TABLE t CLUSTER BY (a, b) [USING HILBERT | ZORDER | LINEAR]`, and WHERE predicates evaluated on file stats.
 
 A WHERE clause only chooses candidate files: a file is a candidate when its key range (or partition
 values) *may* hold a matching row. It never filters rows out of a rewritten file.
@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recluster.core.blocks import Block
+from recluster.core.curves import Curve
 from recluster.core.keys import DELTA_STRING_STATS_PREFIX, ClusterKey, KeyColumn, KeyType, encode_value
 
 TRUNCATED_STRING_MAX = "\U0010ffff"
@@ -371,6 +372,8 @@ class ClusterByStatement:
     table: str
     columns: tuple[str, ...]
     if_exists: bool
+    curve: Curve | None = None
+    """`USING HILBERT | ZORDER | LINEAR`; None: the default for the column count."""
 
 
 Statement = ReclusterStatement | ClusterByStatement
@@ -399,8 +402,13 @@ def parse_statement(text: str) -> Statement:
         while parser.accept(","):
             columns.append(parser.identifier())
         parser.expect(")")
+        curve = None
+        if parser.accept("USING"):
+            if parser.current.upper not in ("HILBERT", "ZORDER", "LINEAR"):
+                raise parser.error("HILBERT, ZORDER or LINEAR after USING")
+            curve = Curve(parser.take().text.lower())
         parser.end()
-        return ClusterByStatement(table, tuple(columns), if_exists)
+        return ClusterByStatement(table, tuple(columns), if_exists, curve)
     parser.expect("RECLUSTER")
     final = parser.accept("FINAL")
     where = None

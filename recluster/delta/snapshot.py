@@ -7,6 +7,7 @@ and cached (data files are immutable, so the cache never goes stale). Deletion v
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import json
@@ -21,9 +22,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from recluster.core.blocks import Block, Partition, parse_data_file_name
+from recluster.core.curves import MAX_CURVE_COLUMNS, Curve, default_curve, parse_curve
 from recluster.core.deletion_vectors import DeletionVector
 from recluster.core.errors import TableError
 from recluster.core.keys import (
+    CURVE_COLUMN,
     ClusterKey,
     KeyColumn,
     KeyType,
@@ -32,13 +35,14 @@ from recluster.core.keys import (
     key_column,
     parse_columns,
 )
+from recluster.delta.ranges import load_range_bounds
 from recluster.delta.storage import (
     describe_storage_error,
     file_location,
     normalize_uri,
     table_filesystem,
 )
-from recluster.settings import CLUSTER_BY_PROPERTY
+from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +88,16 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
 
 
 def resolve_cluster_key(
-    table: DeltaTable, cluster_by: Sequence[str] | None, uri: str = "", *, keyless: bool = False
+    table: DeltaTable,
+    cluster_by: Sequence[str] | None,
+    uri: str = "",
+    *,
+    keyless: bool = False,
+    curve: str | None = None,
 ) -> ClusterKey:
     """The key from `cluster_by`, else the table property `recluster.clusterBy`, else a clear error (or, with
-    `keyless`, the empty key: compaction needs none)."""
+    `keyless`, the empty key: compaction needs none). Its curve: `curve`, else the table property
+    `recluster.curve`, else hilbert for two or more columns. Range bounds are the snapshot's (`with_bounds`)."""
     names = list(cluster_by or [])
     if not names:
         names = parse_columns(table.metadata().configuration.get(CLUSTER_BY_PROPERTY, ""))
@@ -111,7 +121,28 @@ def resolve_cluster_key(
         columns.append(key_column(name, schema.field(index).type))
     if len(set(names)) != len(names):
         raise TableError(f"key column listed twice in {', '.join(names)}")
-    return ClusterKey(tuple(columns))
+    chosen = curve or table.metadata().configuration.get(CURVE_PROPERTY)
+    resolved = parse_curve(chosen) if chosen else default_curve(len(columns))
+    if resolved is not Curve.LINEAR and len(columns) > MAX_CURVE_COLUMNS:
+        raise TableError(
+            f"a {resolved} curve takes at most {MAX_CURVE_COLUMNS} key columns, not {len(columns)}; "
+            "use fewer columns or USING LINEAR"
+        )
+    return ClusterKey(tuple(columns), resolved)
+
+
+def with_bounds(
+    key: ClusterKey, properties: Mapping[str, str], uri: str, storage_options: Mapping[str, str] | None
+) -> ClusterKey:
+    """A curve key with the range bounds the table property `recluster.curveRanges` names (None when it names
+    none, or bounds of other columns: the first merge samples new ones)."""
+    if not key.on_curve:
+        return key
+    bounds_id = properties.get(RANGES_PROPERTY)
+    if not bounds_id:
+        return dataclasses.replace(key, bounds=None)
+    bounds = load_range_bounds(uri, storage_options or {}, bounds_id)
+    return dataclasses.replace(key, bounds=bounds if bounds.columns == key.names else None)
 
 
 def _has_variant(schema_node: Any) -> bool:
@@ -299,20 +330,37 @@ def blocks_from_actions(
             row_count, low_values, high_values = footer.rows, footer.mins, footer.maxes
         prefix = encode_partition(partition)
         written = parse_data_file_name(path)
+        fingerprint = written.fingerprint if written else None
+        curve_range = None
+        if key.on_curve:  # ranged by the curve values in its name; any other file is not sorted on this curve yet
+            if written is not None and written.fingerprint == key.fingerprint and written.curve_range is not None:
+                curve_range = written.curve_range
+            else:
+                fingerprint = None
+        min_key: bytes | None
+        max_key: bytes | None
+        if curve_range is not None:
+            min_key = encode_key(curve_range[:1], (CURVE_COLUMN,), prefix)
+            max_key = encode_key(curve_range[1:], (CURVE_COLUMN,), prefix)
+        elif key.on_curve or low_values is None or high_values is None:
+            min_key = max_key = None
+        else:
+            min_key, max_key = encode_key(low_values, key.columns, prefix), encode_key(high_values, key.columns, prefix)
         blocks.append(
             Block(
                 path=path,
                 rows=int(row_count or 0),
                 bytes=int(sizes[i]),
-                min_key=None if low_values is None else encode_key(low_values, key.columns, prefix),
-                max_key=None if high_values is None else encode_key(high_values, key.columns, prefix),
+                min_key=min_key,
+                max_key=max_key,
                 min_values=low_values,
                 max_values=high_values,
-                level=written.level if written else 0,
+                level=written.level if written and fingerprint else 0,
                 partition=partition,
-                key_fingerprint=written.fingerprint if written else None,
+                key_fingerprint=fingerprint,
                 modified_ms=_epoch_ms(modified[i]),
                 deletion_vector=vectors.get(path),
+                curve_range=curve_range,
             )
         )
     return blocks
@@ -353,6 +401,7 @@ def load_snapshot(
             )
     actions = pa.table(table.get_add_actions(flatten=True))
     location = normalize_uri(uri or table.table_uri)
+    key = with_bounds(key, metadata.configuration, location, storage_options)
     vectors = live_deletion_vectors(table, location, storage_options)
     blocks = blocks_from_actions(actions, key, partition_columns, location, storage_options, vectors)
     if partition:

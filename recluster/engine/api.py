@@ -46,7 +46,11 @@ def open_checked_table(
     table = open_table(uri, options)
     check_supported(table)
     key = resolve_cluster_key(
-        table, cluster_by or (configured.cluster_by if configured else None), uri, keyless=keyless
+        table,
+        cluster_by or (configured.cluster_by if configured else None),
+        uri,
+        keyless=keyless,
+        curve=(configured.curve if configured else None) or settings.clustering.curve,
     )
     return table, key, options
 
@@ -71,4 +75,4 @@ def table_info(
     partition: Mapping[str, str] | None = None,
 ) -> TableInfo:
     snapshot = read_snapshot(uri, settings=settings, cluster_by=cluster_by, partition=partition)
-    return TableInfo(snapshot, clustering_info(snapshot.blocks))
+    return TableInfo(snapshot, clustering_info(snapshot.blocks, snapshot.key))

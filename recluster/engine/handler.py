@@ -86,7 +86,7 @@ class ReclusterHandler:
         blocks = snapshot.blocks if version is None or version >= 0 else ()
         return TrackedTable(
             uri,
-            key,
+            snapshot.key,  # with a curve key's range bounds as of the snapshot
             snapshot.partition_columns,
             dict(snapshot.properties),
             ClusteringState(blocks),
@@ -373,7 +373,7 @@ class ReclusterHandler:
         committed = [o.version for o in outcomes if o.status is CommitStatus.COMMITTED and o.version is not None]
         tracked.awaiting_version = max([tracked.awaiting_version, *committed])
         tracked.totals = tracked.totals + batch
-        info = tracked.state.info()
+        info = tracked.state.info(tracked.key)
         levels = tuple(
             LevelStatus(level, m.total_block_count, m.average_depth, level_threshold(m.total_block_count, bounds))
             for level, m in info.levels.items()

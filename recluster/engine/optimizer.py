@@ -37,6 +37,7 @@ from recluster.core.selection.plan import ReclusterPlan
 from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import require_safe_commits
+from recluster.engine.ranges import prepare_range_bounds
 from recluster.engine.rounds import SnapshotLoader, execute_plan, needs_spark, recluster_table, selection_bounds
 from recluster.settings import Settings, history_location
 
@@ -129,6 +130,8 @@ def run_process(
     recluster rounds instead (the same end state, written in bounded, committed steps).
     """
     group = settings.self_optimizing.groups[config.group]
+    if prepare_range_bounds(snapshot):  # a curve key's first merge: plan again on the sampled curve
+        snapshot, plan = loader(), None
     bounds = selection_bounds(settings, snapshot, None)
     if plan is None:
         plan = (

@@ -69,6 +69,10 @@ class MetricsRecord(_Record):
     deletion_vector_files: int = Field(0, description="live files with a deletion vector")
     deleted_rows: int = Field(0, description="rows their deletion vectors hide (purged by major optimizing)")
     skipped_events: int = Field(0, description="malformed commit events skipped in this batch (Kafka source)")
+    column_scan: dict[str, float] = Field(
+        default_factory=dict,
+        description="per key column, the average fraction of files a point predicate on it reads after stats pruning",
+    )
 
 
 def metrics_record(
@@ -105,6 +109,7 @@ def metrics_record(
         deletion_vector_files=deletions[0],
         deleted_rows=deletions[1],
         skipped_events=skipped_events,
+        column_scan=dict(info.column_scan),
     )
 
 

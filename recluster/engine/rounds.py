@@ -25,6 +25,7 @@ from recluster.delta.commit import commit_task
 from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
 from recluster.delta.storage import require_safe_commits, require_writable
 from recluster.engine.api import open_checked_table
+from recluster.engine.ranges import prepare_range_bounds
 from recluster.settings import Settings, resolve_selection
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def write_task(
     """Merge one task: its outputs are written into the table location, not yet committed. Tasks of at most
     merge.in_process_max_bytes run the kernel in this process in one piece, bigger ones range-partitioned where
     merge.placement says (`needs_spark`)."""
+    from recluster.spark.curve_column import CurveSpec
     from recluster.spark.in_process import merge_in_process, merge_range_partitioned
     from recluster.spark.kernel import output_spec
     from recluster.spark.merge import execute_task
@@ -130,6 +132,7 @@ def write_task(
         target_file_bytes=settings.clustering.target_file_bytes,
         storage_options=snapshot.storage_options,
         parquet=settings.merge.parquet,
+        curve=CurveSpec.of(snapshot.key),
     )
     merge = settings.merge
     if task.bytes <= merge.in_process_max_bytes:
@@ -229,7 +232,9 @@ def recluster_table(
     snapshot = snapshot_loader()
     if not dry_run:
         require_safe_commits(snapshot.uri, snapshot.storage_options, settings.commit.allow_unsafe_single_writer)
-    before = clustering_info(snapshot.blocks)
+        if prepare_range_bounds(snapshot):
+            snapshot = snapshot_loader()
+    before = clustering_info(snapshot.blocks, snapshot.key)
     totals = OutcomeTotals()
     plans: list[ReclusterPlan] = []
     rounds = 0
@@ -289,7 +294,7 @@ def recluster_table(
         rounds=rounds,
         stop_reason=stop_reason,
         before=before,
-        after=clustering_info(snapshot.blocks),
+        after=clustering_info(snapshot.blocks, snapshot.key),
         plans=tuple(plans),
         seconds=time.monotonic() - started,
         policy=plans[-1].policy if plans else Policy.LEVELS,

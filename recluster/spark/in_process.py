@@ -29,7 +29,16 @@ import pyarrow.parquet as pq
 from recluster.core.blocks import WrittenFile
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.storage import file_location, table_filesystem
-from recluster.spark.kernel import InputSpec, OutputSpec, read_data_files, write_sorted_partition, written_files
+from recluster.spark.curve_column import CURVE_FIELD, curve_column, sort_columns, with_curve_column
+from recluster.spark.kernel import (
+    InputSpec,
+    OutputSpec,
+    conform_batch,
+    read_data_files,
+    sorted_schema,
+    write_sorted_partition,
+    written_files,
+)
 
 SAMPLE_ROWS_PER_RANGE = 1000
 """Key values sampled per output range to place the bounds (Spark's RangePartitioner takes a few dozen)."""
@@ -81,7 +90,7 @@ def merge_in_process(task: MergeTask, spec: OutputSpec, threads: int = 1) -> lis
     source = _input_spec(task, spec)
     table = pa.Table.from_batches(list(_read_files(source, range(len(source.paths)))), schema=spec.schema)
     if spec.key:
-        table = sort_by_key(table, spec.key)
+        table = sort_by_key(with_curve_column(table, spec.curve), sort_columns(spec.key, spec.curve))
     spec = dataclasses.replace(spec, write_threads=threads)
     results = [row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()]
     return written_files(task, results)
@@ -110,27 +119,46 @@ def range_ids(column: pa.ChunkedArray | pa.Array, bounds: Sequence[Any]) -> npt.
 
 
 def _sample_first_key(task: MergeTask, spec: OutputSpec, ranges: int, threads: int) -> pa.ChunkedArray:
-    """A random sample of the first key column, about SAMPLE_ROWS_PER_RANGE per range, drawn from every file in
-    proportion to its rows (only that column is read; deleted rows may be in it, which only moves bounds)."""
+    """A random sample of the first key column (of the curve value under a curve key), about
+    SAMPLE_ROWS_PER_RANGE per range, drawn from every file in proportion to its rows (only the key columns are
+    read; deleted rows may be in it, which only moves bounds)."""
     filesystem = table_filesystem(spec.table_root, spec.storage_options)
     wanted = SAMPLE_ROWS_PER_RANGE * ranges / max(task.rows, 1)
     generator = np.random.default_rng(len(task.files))
     seeds = generator.integers(0, 2**31, size=len(task.files))
-    column_name = spec.key[0]
+    names = spec.key if spec.curve is not None else spec.key[:1]
+    schema = pa.schema([spec.schema.field(name) for name in names])
 
-    def sample(index: int) -> pa.ChunkedArray:
+    def sample(index: int) -> pa.Table:
         with filesystem.open_input_file(file_location(spec.table_root, task.files[index].path)) as handle:
             parquet = pq.ParquetFile(handle, pre_buffer=True)
-            if column_name not in parquet.schema_arrow.names:
-                return pa.chunked_array([pa.nulls(1, spec.schema.field(column_name).type)])
-            column = parquet.read(columns=[column_name]).column(0).cast(spec.schema.field(column_name).type)
-        take = min(len(column), math.ceil(len(column) * wanted))
-        chosen = np.random.default_rng(seeds[index]).choice(len(column), size=take, replace=False)
-        return column.take(pa.array(np.sort(chosen)))
+            present = [name for name in names if name in parquet.schema_arrow.names]
+            table = conform_batch_table(parquet.read(columns=present), schema)
+        take = min(table.num_rows, math.ceil(table.num_rows * wanted))
+        chosen = np.random.default_rng(seeds[index]).choice(table.num_rows, size=take, replace=False)
+        return table.take(pa.array(np.sort(chosen)))
 
     with ThreadPoolExecutor(threads) as pool:
         pieces = list(pool.map(sample, range(len(task.files))))
-    return pa.chunked_array([chunk for piece in pieces for chunk in piece.chunks], spec.schema.field(column_name).type)
+    sampled = pa.concat_tables(pieces)
+    if spec.curve is not None:
+        return pa.chunked_array([curve_column(sampled, spec.curve)])
+    return sampled.column(0)
+
+
+def conform_batch_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A file's key columns in the table's schema (columns it predates NULL)."""
+    batches = [conform_batch(b, schema) for b in table.to_batches()]
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def with_curve_batch(batch: pa.RecordBatch, spec: OutputSpec) -> pa.RecordBatch:
+    """A batch with its rows' curve values appended (unchanged without a curve)."""
+    if spec.curve is None:
+        return batch
+    return pa.record_batch(
+        [*batch.columns, curve_column(pa.Table.from_batches([batch]), spec.curve)], schema=sorted_schema(spec)
+    )
 
 
 class _SpillFiles:
@@ -161,14 +189,16 @@ def merge_range_partitioned(
     ranges = len(bounds) + 1 if spec.key else ranges
     directory = tempfile.mkdtemp(prefix="recluster-merge-", dir=spill_dir)
     try:
-        spill = _SpillFiles(directory, spec.schema, ranges)
+        spill = _SpillFiles(directory, sorted_schema(spec), ranges)
+        partition_column = CURVE_FIELD.name if spec.curve is not None else spec.key[0] if spec.key else ""
         offsets = np.cumsum([0, *(block.rows for block in task.files)])
 
         def route(index: int) -> None:
             position = int(offsets[index])
-            for batch in _read_files(source, [index]):
+            for read in _read_files(source, [index]):
+                batch = with_curve_batch(read, spec)
                 if spec.key:
-                    ids = range_ids(batch.column(spec.key[0]), bounds)
+                    ids = range_ids(batch.column(partition_column), bounds)
                 else:  # compaction: consecutive rows of the task fill the ranges in turn
                     rows = np.arange(position, position + batch.num_rows)
                     ids = np.minimum(rows * ranges // max(task.rows, 1), ranges - 1).astype(np.int32)
@@ -192,7 +222,7 @@ def merge_range_partitioned(
             if table.num_rows == 0:
                 return []
             if spec.key:
-                table = sort_by_key(table, spec.key)
+                table = sort_by_key(table, sort_columns(spec.key, spec.curve))
             return [
                 row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()
             ]

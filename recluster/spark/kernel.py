@@ -32,6 +32,7 @@ from recluster.core.selection.plan import MergeTask
 from recluster.delta.replay import read_deleted_positions
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.settings import ParquetSettings
+from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, with_curve_column
 
 STRING_TIE_BREAKER = "\U0010ffff"
 """Appended to a truncated string max stat: above any suffix the real value may have."""
@@ -243,6 +244,8 @@ class OutputSpec:
     horizon_ms: int | None = None
     split_values: tuple[Any, ...] = ()
     parquet: ParquetSettings = field(default_factory=ParquetSettings)
+    curve: CurveSpec | None = None
+    """A curve key's spec: rows are sorted and files cut on the curve value (None: on the key columns)."""
     write_threads: int = 1
     """Output files of one sorted partition written at once (in the process; Spark tasks write one at a time)."""
 
@@ -260,8 +263,15 @@ def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -
 
 
 def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level: int) -> dict[str, Any]:
-    """Write one output file of a sorted piece; its result row (path, rows, bytes, Delta stats, level)."""
-    relative = os.path.join(spec.directory, data_file_name(level, spec.fingerprint, spec.run_id, spec.horizon_ms))
+    """Write one output file of a sorted piece; its result row (path, rows, bytes, Delta stats, level). Under a
+    curve key the piece's curve values are dropped from the data and their range goes into the file's name."""
+    curve_range = None
+    if spec.curve is not None:
+        extremes = pc.min_max(piece.column(CURVE_FIELD.name))
+        curve_range = (int(extremes["min"].as_py()), int(extremes["max"].as_py()))
+        piece = piece.drop_columns([CURVE_FIELD.name])
+    name = data_file_name(level, spec.fingerprint, spec.run_id, spec.horizon_ms, curve_range)
+    relative = os.path.join(spec.directory, name)
     location = file_location(spec.table_root, relative)
     if os.path.dirname(location):
         filesystem.create_dir(os.path.dirname(location), recursive=True)  # object stores: no request
@@ -280,27 +290,36 @@ def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level:
     return {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": stats, "level": level}
 
 
+def sorted_schema(spec: OutputSpec) -> pa.Schema:
+    """The schema of the rows the kernel sorts: the data columns, then the curve value under a curve key."""
+    return spec.schema if spec.curve is None else spec.schema.append(CURVE_FIELD)
+
+
 def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: one sorted range partition in, one result row per written file out."""
     collected = [batch for batch in batches if batch.num_rows]
     if not collected:
         return
-    table = pa.Table.from_batches(collected).rename_columns(spec.schema.names).cast(spec.schema)
+    table = pa.Table.from_batches(collected)
+    schema = sorted_schema(spec) if table.num_columns > len(spec.schema) else spec.schema
+    table = with_curve_column(table.rename_columns(schema.names).cast(schema), spec.curve)
     files_by_rows = math.ceil(table.num_rows / spec.target_rows - 0.25)  # within 25% of target: one file
     files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
     # A file's key range is per-column (min tuple, max tuple): two files that split one value of the first
     # key column overlap whatever the other columns hold, so files are cut where the first column changes,
     # and a first-column value too big for one file is split only where the whole key changes. Without a key
     # (compaction) every row may start a file: files are cut by size alone.
-    run_starts = key_run_starts(table, spec.key) if spec.key else np.arange(table.num_rows, dtype=np.int64)
-    first_starts = key_run_starts(table, spec.key[:1]) if len(spec.key) > 1 else run_starts
+    # Under a curve key files are cut where the curve value changes.
+    cut_key = (CURVE_FIELD.name,) if spec.curve is not None else spec.key
+    run_starts = key_run_starts(table, cut_key) if cut_key else np.arange(table.num_rows, dtype=np.int64)
+    first_starts = key_run_starts(table, cut_key[:1]) if len(cut_key) > 1 else run_starts
     segments = file_segments(
         first_starts,
         table.num_rows,
         spec.target_rows,
         max(1, files_by_rows, files_by_bytes),
-        inner_starts=run_starts if len(spec.key) > 1 else None,
-        forced=split_positions(table.column(spec.key[0]), spec.split_values) if spec.key else (),
+        inner_starts=run_starts if len(cut_key) > 1 else None,
+        forced=split_positions(table.column(cut_key[0]), spec.split_values) if cut_key else (),
     )
     filesystem = table_filesystem(spec.table_root, spec.storage_options)
 
@@ -342,6 +361,7 @@ def output_spec(
     target_file_bytes: int,
     storage_options: Mapping[str, str] | None = None,
     parquet: ParquetSettings | None = None,
+    curve: CurveSpec | None = None,
 ) -> OutputSpec:
     """What the writer needs for one task's outputs, wherever the kernel runs."""
     return OutputSpec(
@@ -360,6 +380,7 @@ def output_spec(
         horizon_ms=task.horizon_ms,
         split_values=task.split_values,
         parquet=parquet or ParquetSettings(),
+        curve=curve,
     )
 
 

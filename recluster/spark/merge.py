@@ -17,6 +17,7 @@ from recluster.core.blocks import WrittenFile
 from recluster.core.errors import TableError
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.storage import file_location
+from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, curve_column
 from recluster.spark.kernel import InputSpec, OutputSpec, read_data_files, write_sorted_partition, written_files
 
 RESULT_SCHEMA = "path string, rows long, bytes long, stats string, level int"
@@ -114,6 +115,13 @@ def _spark_schema(schema: pa.Schema) -> Any:
     return from_arrow_schema(schema, prefer_timestamp_ntz=True)
 
 
+def _with_curve(batch: pa.RecordBatch, data_schema: pa.Schema, curve: CurveSpec) -> pa.RecordBatch:
+    """A positional batch with its rows' curve values appended (computed on the key columns by name)."""
+    named = pa.Table.from_batches([batch]).rename_columns(data_schema.names)
+    values = curve_column(named, curve)
+    return pa.RecordBatch.from_arrays([*batch.columns, values], names=[*batch.schema.names, CURVE_FIELD.name])
+
+
 def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataReader = "auto") -> list[WrittenFile]:
     """The kernel in Spark tasks: read the task's files, range-partition and sort by the key, and run
     `write_sorted_partition` on each sorted partition (mapInArrow). Nothing but the result rows reaches the driver."""
@@ -123,6 +131,15 @@ def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataRead
     positional = [f"_c{i}" for i in range(len(data_schema.names))]
     frame = frame.toDF(*positional)
     order = [frame[positional[data_schema.names.index(name)]].asc_nulls_first() for name in spec.key]
+    if spec.curve is not None:  # the curve value first: partitioned, sorted and cut on it
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        curve = spec.curve
+        frame = frame.mapInArrow(
+            lambda batches: (_with_curve(batch, data_schema, curve) for batch in batches),
+            StructType([*frame.schema.fields, StructField(CURVE_FIELD.name, LongType(), False)]),
+        )
+        order = [frame[CURVE_FIELD.name].asc(), *order]
     partitions = max(1, math.ceil(task.rows / spec.target_rows), math.ceil(task.bytes / spec.target_file_bytes))
     # Range-partition on the first key column only, so that one of its values never spans two partitions;
     # without a key (compaction) only the number of partitions matters.

@@ -81,9 +81,8 @@ def overlapping(lo: IntArray, hi: IntArray, other_lo: IntArray, other_hi: IntArr
 
 
 def _first_column(block: Block) -> tuple[tuple[bool, Any], tuple[bool, Any]]:
-    """The block's range in its first key column (NULL first)."""
-    low = block.min_values[0] if block.min_values else None
-    high = block.max_values[0] if block.max_values else None
+    """The block's range in what outputs are cut on (the curve value, else the first key column; NULL first)."""
+    low, high = block.cut_range
     return (low is not None, low), (high is not None, high)
 
 
@@ -219,7 +218,7 @@ def absorb_tasks(
                 value
                 for b in kept
                 if (b.min_key or b"") <= high and (b.max_key or b"") >= low
-                for value in (b.min_values[0] if b.min_values else None, b.max_values[0] if b.max_values else None)
+                for value in b.cut_range
                 if value is not None
             }
         )
