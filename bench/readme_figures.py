@@ -173,7 +173,7 @@ def curve(results: Results) -> str:
         f"**Multi-column keys on a curve** (`python -m bench.curve_bench`, {source(file)}; random (a, b) int64 keys, "
         f"{c['appends']} appends x {c['rows_per_append']:,} rows, {c['target_rows']:,} rows per file; the share of "
         "files a point predicate on one column reads after min/max pruning, averaged over 99 points at the data's "
-        "quantiles; row write amplification counts the appends' own write as 1):\n\n" + summary_table(c["summary"])
+        "quantiles; row write amplification = rows rewritten / rows appended):\n\n" + summary_table(c["summary"])
     )
 
 

@@ -15,10 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recluster.core.blocks import parse_data_file_name
-from recluster.core.curves import Curve, column_ranks, hilbert_index, interleave, quantile_bounds, value_rank
+from recluster.core.curves import (
+    Curve,
+    column_ranks,
+    hilbert_index,
+    interleave,
+    quantile_bounds,
+    value_rank,
+    whole_curve,
+)
 from recluster.core.sql import ClusterByStatement, SqlError, parse_statement
 from recluster.delta.log_writer import set_table_properties
-from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY
+from recluster.engine.api import read_snapshot
+from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY, Settings
 from tests.helpers import main_json, row_multiset
 
 
@@ -127,29 +136,47 @@ def test_final_on_a_curve_prunes_every_column_and_keeps_the_rows(tmp_path: Path,
 
 
 def test_incremental_rounds_put_appends_on_the_curve(tmp_path: Path, capsys: Any) -> None:
+    """An append not yet on the curve spans the whole curve (it may hold any curve value); the default policy
+    absorbs the appends into the run on the curve once they hold enough rows, under the same bounds."""
     path = tmp_path / "t"
     random_pairs(path, appends=4)
     set_table_properties(path, {CLUSTER_BY_PROPERTY: "a,b"})
     main_json(capsys, "run", str(path), "--final", *SMALL_FILES)
     bounds_before = DeltaTable(str(path)).metadata().configuration[RANGES_PROPERTY]
-    rng = np.random.default_rng(1)
-    write_deltalake(
-        str(path),
-        pa.table(
-            {
-                "a": rng.integers(0, 1_000_000, 2_000),
-                "b": [f"s{v:07d}" for v in rng.integers(0, 1_000_000, 2_000)],
-                "day": pa.array(rng.integers(0, 3_000, 2_000).astype("datetime64[D]"), pa.date32()),
-                "batch": [99] * 2_000,
-            }
-        ),
-        mode="append",
-    )
+    random_pairs(path, appends=3, rows=2_000, seed=8)
     expected = DeltaTable(str(path)).to_pyarrow_table()
-    before = main_json(capsys, "info", str(path))
-    assert before["unclustered_block_count"] == 1  # type: ignore[index]
+    settings = Settings(clustering={"target_rows": 3000})  # type: ignore[arg-type]
+    whole = whole_curve(2)
+    before = read_snapshot(str(path), settings=settings).blocks
+    assert sum(b.curve_range == whole and b.level == 0 for b in before) == 3
     main_json(capsys, "run", str(path), *SMALL_FILES)
-    after = main_json(capsys, "info", str(path))
-    assert after["unclustered_block_count"] == 0  # type: ignore[index]
-    assert DeltaTable(str(path)).metadata().configuration[RANGES_PROPERTY] == bounds_before  # bounds kept
+    after = read_snapshot(str(path), settings=settings)
+    assert not [b for b in after.blocks if b.curve_range == whole]
+    assert all(b.key_fingerprint == after.key.fingerprint for b in after.blocks)
+    assert after.properties[RANGES_PROPERTY] == bounds_before  # the bounds are kept
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(expected)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("placement", ["spark", "process"], ids=["spark-tasks", "in-process-ranges"])
+def test_final_on_a_curve_in_every_placement(tmp_path: Path, spark: Any, placement: str) -> None:
+    """The curve value is computed, partitioned on, sorted and cut on in Spark tasks and in the range-partitioned
+    in-process kernel alike (the one-piece path is the default for small tasks, above)."""
+    from recluster.engine.rounds import recluster_table, snapshot_loader
+
+    path = tmp_path / "t"
+    expected = random_pairs(path, appends=6)
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "a,b"})
+    settings = Settings(
+        clustering={"target_rows": 1500},  # type: ignore[arg-type]
+        merge={"in_process_max_bytes": 0, "placement": placement},  # type: ignore[arg-type]
+    )
+    loader = snapshot_loader(str(path), settings, None)
+    result = recluster_table(str(path), loader, settings=settings, spark_factory=lambda: spark, final=True)
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(expected)
+    files = ours(path)
+    assert len(files) >= 12 and all(parse_data_file_name(f["path"]).curve_range for f in files)  # type: ignore[union-attr]
+    assert result.after.table.average_depth <= 1.5
+    # about 1/sqrt(files) each (a lexicographic key reads every file for its second column); a file cut a little
+    # past a square of the curve widens its min/max box, so a few files' worth of slack
+    assert max(result.after.column_scan.values()) < 0.55

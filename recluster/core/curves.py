@@ -98,6 +98,11 @@ def interleave(points: UInt64Array, bits: int = RANK_BITS) -> UInt64Array:
     return result
 
 
+def whole_curve(columns: int) -> tuple[int, int]:
+    """The range of every curve value of a key of `columns` columns: what a file not sorted on the curve spans."""
+    return 0, (1 << (RANK_BITS * columns)) - 1
+
+
 def curve_values(curve: Curve, ranks: UInt64Array) -> UInt64Array:
     if curve is Curve.HILBERT:
         return hilbert_index(ranks)

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from recluster.core.blocks import Block, Partition, parse_data_file_name
-from recluster.core.curves import MAX_CURVE_COLUMNS, Curve, default_curve, parse_curve
+from recluster.core.curves import MAX_CURVE_COLUMNS, Curve, default_curve, parse_curve, whole_curve
 from recluster.core.deletion_vectors import DeletionVector
 from recluster.core.errors import TableError
 from recluster.core.keys import (
@@ -335,8 +335,9 @@ def blocks_from_actions(
         if key.on_curve:  # ranged by the curve values in its name; any other file is not sorted on this curve yet
             if written is not None and written.fingerprint == key.fingerprint and written.curve_range is not None:
                 curve_range = written.curve_range
-            else:
+            else:  # it may hold any curve value: it spans the whole curve (and is merged onto it by absorbing)
                 fingerprint = None
+                curve_range = whole_curve(len(key.columns)) if key.bounds is not None and low_values else None
         min_key: bytes | None
         max_key: bytes | None
         if curve_range is not None:

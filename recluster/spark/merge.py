@@ -130,7 +130,6 @@ def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataRead
     # Columns travel by position under plain names: mapInArrow resolves a name with a dot as a nested field.
     positional = [f"_c{i}" for i in range(len(data_schema.names))]
     frame = frame.toDF(*positional)
-    order = [frame[positional[data_schema.names.index(name)]].asc_nulls_first() for name in spec.key]
     if spec.curve is not None:  # the curve value first: partitioned, sorted and cut on it
         from pyspark.sql.types import LongType, StructField, StructType
 
@@ -139,6 +138,8 @@ def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataRead
             lambda batches: (_with_curve(batch, data_schema, curve) for batch in batches),
             StructType([*frame.schema.fields, StructField(CURVE_FIELD.name, LongType(), False)]),
         )
+    order = [frame[positional[data_schema.names.index(name)]].asc_nulls_first() for name in spec.key]
+    if spec.curve is not None:
         order = [frame[CURVE_FIELD.name].asc(), *order]
     partitions = max(1, math.ceil(task.rows / spec.target_rows), math.ceil(task.bytes / spec.target_file_bytes))
     # Range-partition on the first key column only, so that one of its values never spans two partitions;
