@@ -9,7 +9,8 @@ points for every layout, computed from the rows themselves).
    <= 1.3 / sqrt(files) for HILBERT.
 2. Over the appends: after each append, one incremental round with the default policy on the HILBERT key, against
    delta-rs z_order every 5 appends; the per-column share averaged over every append (time-averaged) and the row
-   write amplification (rows rewritten / rows appended; z_order every 5 of 40 appends: 4.5). Goal: each column <= 0.4 at WA <= 4.5.
+   write amplification (rows rewritten / rows appended; z_order every 5 of 40 appends: 4.5). Goal: each column
+   <= 0.4 at WA <= 4.5.
 Rows are checked unchanged (count + order-independent hash) on every table. Writes bench/results/curve-<date>.json.
 """
 
