@@ -4,7 +4,8 @@ In sequence: the metrics benchmark (bench/metrics_bench.py, when present), merge
 amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py), peak driver memory of planning on
 a 100,000-file table (bench/memory_bench.py), the cost of our own log commits against delta-rs's
 (bench/commit_bench.py), FINAL against z_order and raw Spark (bench/output_bench.py), fixed costs of small work
-(bench/fixed_cost_bench.py), multi-column keys on curves (bench/curve_bench.py), then every strategy against its
+(bench/fixed_cost_bench.py), multi-column keys on curves (bench/curve_bench.py), the
+status pages (bench/pages_bench.py), then every strategy against its
 anchors on the same workloads (bench/compare/, which
 also cites the results of the three before it).
 Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
@@ -91,6 +92,7 @@ def main() -> int:
         memory_bench,
         merge_bench,
         output_bench,
+        pages_bench,
         stream_bench,
     )
 
@@ -99,6 +101,7 @@ def main() -> int:
         ("output", output_bench),
         ("fixed-cost", fixed_cost_bench),
         ("curve", curve_bench),
+        ("pages", pages_bench),
         ("merge", merge_bench),
         ("stream", stream_bench),
         ("memory", memory_bench),

@@ -177,6 +177,14 @@ def curve(results: Results) -> str:
     )
 
 
+def pages(results: Results) -> str:
+    file, c = results.get("pages")
+    return (
+        f"Rendering cost (`python -m bench.pages_bench`, {source(file)}; {c['tables']} tables, best of 5 over HTTP "
+        "from `recluster ui`, which reads every table's log per request):\n\n" + summary_table(c["summary"])
+    )
+
+
 # ---- Performance: the anchors (bench.compare) -----------------------------------------------------------------
 
 ANCHOR_ROWS = {
@@ -376,6 +384,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "output": output,
     "fixed-cost": fixed_cost,
     "curve": curve,
+    "pages": pages,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,
     "compare-peers": compare_peers,

@@ -8,6 +8,7 @@ A stdlib `ThreadingHTTPServer` in a daemon thread, started by `recluster watch -
 - `/metrics`: Prometheus text from a dedicated registry; a collector reads the handler's per-table status at
   scrape time (levels, depth, totals since the job started, commit lag).
 - `/status`: JSON of every table's status.
+- `/`, `/tables/<name>`, `/api/tables[/<name>]`: the status pages and their JSON (jobs/pages.py).
 
 Everything is read from the handler and the query at request time; nothing here writes to the job.
 """
@@ -22,10 +23,12 @@ import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from jobs.pages import PageSource, job_views, render_index, render_table
 from recluster.settings import HttpSettings
 
 if TYPE_CHECKING:
@@ -244,8 +247,35 @@ def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/status":
                 body = json.dumps(server.probe.status(), indent=2, default=str) + "\n"
                 self._reply(200, body.encode(), "application/json")
-            else:
-                self._reply(404, b"not found: try /healthz, /readyz, /metrics or /status\n", "text/plain")
+            elif not self._page(path):
+                self._reply(
+                    404, b"not found: try /, /api/tables, /healthz, /readyz, /metrics or /status\n", "text/plain"
+                )
+
+        def _page(self, path: str) -> bool:
+            """The status pages and their JSON; False for a path that is none of them."""
+            pages = server.pages()
+            if pages is None:
+                return False
+            html_type, json_type = "text/html; charset=utf-8", "application/json"
+            if path == "/":
+                self._reply(200, render_index(pages.views(None), pages.title).encode(), html_type)
+                return True
+            if path == "/api/tables":
+                body = json.dumps([v.to_dict() for v in pages.views(None)], indent=2, default=str)
+                self._reply(200, body.encode(), json_type)
+                return True
+            for prefix, render in (("/tables/", render_table), ("/api/tables/", None)):
+                if path.startswith(prefix) and len(path) > len(prefix):
+                    view = pages.find(unquote(path[len(prefix) :]))
+                    if view is None:
+                        self._reply(404, b"no such table\n", "text/plain")
+                    elif render is not None:
+                        self._reply(200, render(view).encode(), html_type)
+                    else:
+                        self._reply(200, json.dumps(view.to_dict(), indent=2, default=str).encode(), json_type)
+                    return True
+            return False
 
         def _check(self, ok: bool, reason: str) -> None:
             self._reply(200 if ok else 503, f"{reason}\n".encode(), "text/plain; charset=utf-8")
@@ -267,9 +297,10 @@ class HealthServer:
     """The HTTP endpoints in a daemon thread. `start()` binds (port 0: any free port), `attach()` hands it
     the running query and handler, `stop()` shuts it down."""
 
-    def __init__(self, settings: HttpSettings, probe: JobProbe | None = None) -> None:
+    def __init__(self, settings: HttpSettings, probe: JobProbe | None = None, pages: PageSource | None = None) -> None:
         self.settings = settings
         self.probe = probe or JobProbe(settings)
+        self._pages = pages
         self.registry = CollectorRegistry()
         self.registry.register(JobCollector(self.probe))
         self._server: ThreadingHTTPServer | None = None
@@ -288,11 +319,22 @@ class HealthServer:
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="recluster-http", daemon=True)
         self._thread.start()
-        log.info("recluster http=%s:%d endpoints=/healthz,/readyz,/metrics,/status", self.settings.host, self.port)
+        log.info(
+            "recluster http=%s:%d endpoints=/,/tables/<name>,/api/tables,/healthz,/readyz,/metrics,/status",
+            self.settings.host,
+            self.port,
+        )
         return self
 
     def attach(self, query: Any, handler: ReclusterHandler) -> None:
         self.probe.attach(query, handler)
+
+    def pages(self) -> PageSource | None:
+        """The pages' tables: given at construction (`recluster ui`), else the attached job's."""
+        if self._pages is not None:
+            return self._pages
+        handler = self.probe.handler
+        return None if handler is None else PageSource(lambda only: job_views(handler, only))
 
     def stop(self) -> None:
         if self._server is None:

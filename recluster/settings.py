@@ -339,11 +339,13 @@ class KubernetesSettings(_Section):
 
 
 class HttpSettings(_Section):
-    """The job's HTTP endpoints: /healthz, /readyz, /metrics (Prometheus) and /status (jobs/health.py)."""
+    """The job's HTTP endpoints: /healthz, /readyz, /metrics (Prometheus), /status, and the status pages (`/`,
+    `/tables/<name>`, `/api/tables`; jobs/health.py, jobs/pages.py)."""
 
     port: int | None = Field(None, ge=0, le=65535)
     """None: no HTTP server; 0: any free port."""
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
+    """Where the server binds: this machine only unless configured (a pod sets 0.0.0.0 for its probes)."""
     progress_timeout_seconds: float = Field(900.0, gt=0)
     """/healthz fails when the query made no progress for this long; must exceed the longest micro-batch."""
 

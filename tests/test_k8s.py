@@ -402,7 +402,7 @@ def test_kubernetes_and_http_settings_validate(tmp_path, monkeypatch):
         load_settings(overrides=["kubernetes.min_executors=5", "kubernetes.max_executors=2"])
     with pytest.raises(SettingsError, match=r"http\.port"):
         load_settings(overrides=["http.port=70000"])
-    assert Settings().http == HttpSettings(port=None, host="0.0.0.0", progress_timeout_seconds=900.0)
+    assert Settings().http == HttpSettings(port=None, host="127.0.0.1", progress_timeout_seconds=900.0)
     monkeypatch.setenv("RECLUSTER_HTTP__PORT", "9000")
     monkeypatch.setenv("RECLUSTER_KUBERNETES__EXECUTOR_INSTANCES", "5")
     settings = load_settings()

@@ -10,6 +10,7 @@ from recluster.cli.demo import cmd_demo
 from recluster.cli.kafka import cmd_metrics_schema, cmd_metrics_tail, cmd_publish_commits
 from recluster.cli.optimize import cmd_clean, cmd_maintain, cmd_optimize, cmd_status
 from recluster.cli.tables import cmd_info, cmd_run, cmd_sql
+from recluster.cli.ui import cmd_ui
 from recluster.cli.watch import cmd_watch
 from recluster.core.selection.plan import Policy
 
@@ -194,6 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_common_options(status)
     status.set_defaults(handler=cmd_status)
+
+    ui = commands.add_parser(
+        "ui",
+        help="serve the status pages of tables read-only (what `watch --http-port` serves at /)",
+        description=(
+            "Pages at / (every table) and /tables/<name> (one table), JSON at /api/tables; read from the tables' "
+            "logs and the history table at each request. Binds 127.0.0.1 unless --host says otherwise."
+        ),
+    )
+    ui.add_argument("table", nargs="*", metavar="TABLE_URI", help="tables (default: the configured tables)")
+    ui.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
+    ui.add_argument("--host", help="address to bind (default: http.host, 127.0.0.1)")
+    ui.add_argument("--seconds", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    add_common_options(ui)
+    ui.set_defaults(handler=cmd_ui)
 
     maintain = commands.add_parser(
         "maintain",

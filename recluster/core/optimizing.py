@@ -268,6 +268,8 @@ class ProcessRecord:
     bytes_out: int = 0
     rows: int = 0
     error: str | None = None
+    depth: float | None = None
+    """The table's average depth when the process was planned (the status page plots it over time)."""
 
     def finished(self, end: float, status: ProcessStatus, **amounts: Any) -> ProcessRecord:
         return replace(self, end=end, status=status, **amounts)

@@ -26,7 +26,13 @@ def append_rows(location: str, rows: pa.Table, storage_options: Mapping[str, str
     from deltalake import write_deltalake
 
     try:
-        write_deltalake(normalize_uri(location), rows, mode="append", storage_options=dict(storage_options or {}))
+        write_deltalake(  # schema_mode merge: a history written by an older version gains the new columns
+            normalize_uri(location),
+            rows,
+            mode="append",
+            schema_mode="merge",
+            storage_options=dict(storage_options or {}),
+        )
     except (DeltaError, OSError) as error:
         raise TableError(f"cannot append to {location}: {first_line(error)}") from None
 
@@ -67,6 +73,7 @@ HISTORY_SCHEMA = pa.schema(
         ("bytes_out", pa.int64()),
         ("rows", pa.int64()),
         ("error", pa.string()),
+        ("depth", pa.float64()),
     ]
 )
 
@@ -112,8 +119,9 @@ def records_from_arrow(rows: pa.Table) -> list[ProcessRecord]:
             bytes_out=row["bytes_out"],
             rows=row["rows"],
             error=row["error"],
+            depth=row.get("depth"),
         )
-        for row in rows.select(HISTORY_SCHEMA.names).to_pylist()
+        for row in rows.select([n for n in HISTORY_SCHEMA.names if n in rows.column_names]).to_pylist()
     ]
 
 

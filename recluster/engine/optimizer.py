@@ -158,6 +158,7 @@ def run_process(
         started,
         files_in=sum(len(t.files) for t in plan.tasks),
         bytes_in=sum(t.bytes for t in plan.tasks),
+        depth=clustering_info(snapshot.blocks).table.average_depth,
     )
     if history is not None and kind is not ProcessType.RECLUSTER:  # reclusters are short: their end row only
         history.append(record)
