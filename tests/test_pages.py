@@ -90,3 +90,48 @@ def test_api_numbers_equal_status_json(served: tuple[str, Settings], tables: lis
                 assert served_entry[key] == value, key
     events = api[str(tables[0])]
     assert events["processes"] and events["processes"][0]["type"] == "full" and events["processes"][0]["depth"] == 6
+
+
+def test_recluster_ui_serves_the_pages_read_only(tables: list[Path], tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    from tests.helpers import cli_environment
+
+    versions = len(list((tables[0] / "_delta_log").glob("*.json")))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "recluster.cli", "ui", str(tables[0]), "--port", "0", "--seconds", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_environment({"XDG_STATE_HOME": str(tmp_path / "state")}),
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        port = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert port, line
+        code, index = get(f"http://127.0.0.1:{port.group(1)}/")
+        assert code == 200 and str(tables[0]) in index and "1 table(s)" in index
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert len(list((tables[0] / "_delta_log").glob("*.json"))) == versions  # read-only: no commit
+
+
+def test_a_history_written_before_the_depth_column_still_reads_and_grows(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
+    from recluster.delta.history import HISTORY_SCHEMA, HistoryStore, records_to_arrow
+
+    old = ProcessRecord("p1", "/t", ProcessType.MINOR, "default", 1.0, 2.0, ProcessStatus.SUCCESS)
+    rows = records_to_arrow([old]).drop_columns(["depth"])
+    assert "depth" in HISTORY_SCHEMA.names and "depth" not in rows.column_names
+    write_deltalake(str(tmp_path / "history"), rows, mode="append")
+    store = HistoryStore(str(tmp_path / "history"), window_seconds=1e12)
+    assert store.records()[0].depth is None
+    store.append(ProcessRecord("p2", "/t", ProcessType.FULL, "default", 3.0, 4.0, ProcessStatus.SUCCESS, depth=2.5))
+    fresh = HistoryStore(str(tmp_path / "history"), window_seconds=1e12).records()
+    assert sorted((r.process_id, r.depth) for r in fresh) == [("p1", None), ("p2", 2.5)]
