@@ -27,14 +27,10 @@ from deltalake import DeltaTable, write_deltalake
 
 from bench.compare.measurement import row_fingerprint
 from bench.merge_bench import (
-    SUMMARY_HEADERS,
     letters,
     log,
-    machine,
-    markdown_table,
+    publish,
     quick_cli,
-    summary_records,
-    write_results,
 )
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
@@ -212,13 +208,8 @@ def main(quick: bool = False) -> dict[str, Any]:
         "final": final,
         "incremental": {side: {k: v for k, v in data.items() if k != "trace"} for side, data in incremental.items()},
         "traces": {side: data["trace"] for side, data in incremental.items()},
-        "machine": machine(),
-        "summary": summary_records(rows_out),
     }
-    print("\n### curves: multi-column keys against delta-rs z_order\n")
-    print(markdown_table(SUMMARY_HEADERS, rows_out))
-    print(f"wrote {write_results('curve-quick' if quick else 'curve', result)}")
-    return result
+    return publish("curve", "curves: multi-column keys against delta-rs z_order", quick, rows_out, result)
 
 
 if __name__ == "__main__":

@@ -28,15 +28,11 @@ from deltalake import DeltaTable
 
 from bench.compare.measurement import row_fingerprint
 from bench.merge_bench import (
-    SUMMARY_HEADERS,
     append,
     log,
-    machine,
-    markdown_table,
+    publish,
     quick_cli,
     random_batch,
-    summary_records,
-    write_results,
 )
 
 REPEATS = 3
@@ -179,13 +175,8 @@ def main(quick: bool = False) -> dict[str, Any]:
         "minor_optimize": minor,
         "info": listing,
         "per_append_round": stream,
-        "machine": machine(),
-        "summary": summary_records(rows),
     }
-    print("\n### fixed costs\n")
-    print(markdown_table(SUMMARY_HEADERS, rows))
-    print(f"wrote {write_results('fixed-cost-quick' if quick else 'fixed-cost', result)}")
-    return result
+    return publish("fixed-cost", "fixed costs", quick, rows, result)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,19 @@ def summary_records(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(SUMMARY_HEADERS, row, strict=True)) for row in rows]
 
 
+def publish(
+    name: str, title: str, quick: bool, rows: Sequence[Sequence[Any]], result: dict[str, Any]
+) -> dict[str, Any]:
+    """A benchmark's end: its summary rows and the machine into `result`, the table printed under `title`, the
+    JSON written to bench/results/<name>[-quick]-<date>.json. Returns `result`."""
+    result["machine"] = machine()
+    result["summary"] = summary_records(rows)
+    print(f"\n### {title}\n")
+    print(markdown_table(SUMMARY_HEADERS, rows))
+    print(f"wrote {write_results(f'{name}-quick' if quick else name, result)}")
+    return result
+
+
 def letters(rng: np.random.Generator, rows: int, width: int) -> pa.Array:
     """`rows` random strings of `width` lowercase letters, built from one buffer."""
     chars = rng.integers(ord("a"), ord("z") + 1, size=rows * width, dtype=np.uint8)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from bench.merge_bench import SUMMARY_HEADERS, log, machine, markdown_table, quick_cli, summary_records, write_results
+from bench.merge_bench import log, publish, quick_cli
 from jobs.health import HealthServer
 from jobs.pages import PageSource, snapshot_views
 from recluster.delta.log_writer import set_table_properties
@@ -92,13 +92,8 @@ def main(quick: bool = False) -> dict[str, Any]:
         "index_seconds": index_seconds,
         "table_seconds": table_seconds,
         "status_seconds": status_seconds,
-        "machine": machine(),
-        "summary": summary_records(rows),
     }
-    print("\n### status pages\n")
-    print(markdown_table(SUMMARY_HEADERS, rows))
-    print(f"wrote {write_results('pages-quick' if quick else 'pages', result)}")
-    return result
+    return publish("pages", "status pages", quick, rows, result)
 
 
 if __name__ == "__main__":
