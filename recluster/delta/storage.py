@@ -80,6 +80,29 @@ def commit_safety_problem(table_uri: str, storage_options: Mapping[str, str] | N
     )
 
 
+CREDENTIAL_PREFIXES = {
+    "s3": ("AWS_",),
+    "s3a": ("AWS_",),
+    "gs": ("GOOGLE_",),
+    "az": ("AZURE_",),
+    "abfs": ("AZURE_",),
+    "abfss": ("AZURE_",),
+    "adl": ("AZURE_",),
+    "azure": ("AZURE_",),
+}
+"""The environment variables delta-rs (object_store) reads per URI scheme: AWS_*, GOOGLE_*, AZURE_*."""
+
+
+def executor_storage_options(table_uri: str, storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """The storage options Spark tasks need to reach the table: the driver's AWS_*/GOOGLE_*/AZURE_* variables
+    for the table's store (delta-rs reads them on the driver; executors started by a cluster's workers do not
+    have them), with the explicit options on top. They travel inside task closures, never as Spark conf: the
+    Spark UI's environment page does not show them."""
+    prefixes = CREDENTIAL_PREFIXES.get(urlparse(table_uri).scheme.lower(), ())
+    from_environment = {k: v for k, v in os.environ.items() if prefixes and k.startswith(prefixes)}
+    return {**from_environment, **(storage_options or {})}
+
+
 def require_safe_commits(table_uri: str, storage_options: Mapping[str, str] | None, allow_unsafe: bool) -> None:
     """Raise a TableError unless commits to the table are safe or the user opted into unsafe single-writer mode."""
     problem = commit_safety_problem(table_uri, storage_options)

@@ -6,6 +6,7 @@ written file comes back to the driver.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -16,7 +17,7 @@ import pyarrow as pa
 from recluster.core.blocks import WrittenFile
 from recluster.core.errors import TableError
 from recluster.core.selection.plan import MergeTask
-from recluster.delta.storage import file_location
+from recluster.delta.storage import executor_storage_options, file_location
 from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, curve_column
 from recluster.spark.kernel import InputSpec, OutputSpec, read_data_files, write_sorted_partition, written_files
 
@@ -125,6 +126,7 @@ def _with_curve(batch: pa.RecordBatch, data_schema: pa.Schema, curve: CurveSpec)
 def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataReader = "auto") -> list[WrittenFile]:
     """The kernel in Spark tasks: read the task's files, range-partition and sort by the key, and run
     `write_sorted_partition` on each sorted partition (mapInArrow). Nothing but the result rows reaches the driver."""
+    spec = dataclasses.replace(spec, storage_options=executor_storage_options(spec.table_root, spec.storage_options))
     data_schema = spec.schema
     frame = read_task_files(spark, task, spec.table_root, data_schema, reader, spec.storage_options)
     # Columns travel by position under plain names: mapInArrow resolves a name with a dot as a nested field.

@@ -1,0 +1,131 @@
+"""A real Spark standalone cluster (issue 21): a master and two workers started from the pyspark wheel's
+`bin/spark-class` on 127.0.0.1, workers without the driver's environment. `recluster run --final` with
+`spark.master=spark://...` merges an S3 (moto) table in Spark tasks on both workers, with the credentials given the
+way the README shows (AWS_* variables of the driver only), and the rows are unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from tests.helpers import cli_environment, row_multiset, wait_for
+from tests.test_s3 import S3Server, _free_port, random_batches, s3  # noqa: F401  (s3: the moto server fixture)
+
+pytestmark = [pytest.mark.slow]
+
+WORKERS = 2
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master: str
+    master_ui: str
+    worker_uis: tuple[str, ...]
+    processes: tuple[subprocess.Popen[bytes], ...]
+
+
+def ui_json(url: str) -> Any:
+    with urllib.request.urlopen(url + "/json/", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _alive_workers(master_ui: str) -> int:
+    try:
+        return sum(w.get("state") == "ALIVE" for w in ui_json(master_ui).get("workers", []))
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    spark_class = str(home / "bin" / "spark-class")
+    logs = tmp_path_factory.mktemp("spark-cluster")
+    # the workers' environment: no AWS_* (what the driver has is not theirs), this interpreter for Python workers
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "AZURE_"))}
+    env.update({"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
+    port, ui = _free_port(), _free_port()
+    master = f"spark://127.0.0.1:{port}"
+    processes = []
+
+    def start(name: str, *args: str) -> None:
+        with (logs / f"{name}.log").open("wb") as out:
+            processes.append(subprocess.Popen([spark_class, *args], stdout=out, stderr=subprocess.STDOUT, env=env))
+
+    start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+          "--webui-port", str(ui))  # fmt: skip
+    worker_uis = []
+    for index in range(WORKERS):
+        worker_ui = _free_port()
+        worker_uis.append(f"http://127.0.0.1:{worker_ui}")
+        work = str(logs / f"work-{index}")
+        start(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
+              "--memory", "1500m", "--webui-port", str(worker_ui), "--work-dir", work, master)  # fmt: skip
+    master_ui = f"http://127.0.0.1:{ui}"
+    try:
+        wait_for(lambda: _alive_workers(master_ui) == WORKERS, "two workers registered with the master", timeout=90)
+        yield Cluster(master, master_ui, tuple(worker_uis), tuple(processes))
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
+    cluster: Cluster,
+    s3: S3Server,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    uri = s3.table_uri("cluster")
+    random_batches(s3, uri, batches=6, rows=3_000, seed=31)
+    expected = row_multiset(DeltaTable(uri, storage_options=s3.options()).to_pyarrow_table())
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "spark:\n"
+        f"  master: {cluster.master}\n"
+        "  conf: {spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, spark.executor.memory: 1g}\n"
+        "merge: {placement: spark, in_process_max_bytes: 0}\n"
+        "clustering: {target_rows: 4000}\n"
+    )
+    environment = {  # the README's way: credentials in the driver's environment only
+        "AWS_ACCESS_KEY_ID": s3.key_id,
+        "AWS_SECRET_ACCESS_KEY": s3.secret,
+        "AWS_ENDPOINT_URL": s3.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_CONDITIONAL_PUT": "etag",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "recluster.cli", "run", uri, "--final", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=cli_environment(environment),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert s3.secret not in done.stdout + done.stderr  # never printed
+    result = json.loads(done.stdout)
+    assert result["tasks"] >= 1 and result["failures"] == 0 and result["after"]["average_depth"] <= 1.5
+    after = pa.table(DeltaTable(uri, storage_options=s3.options()).to_pyarrow_table())
+    assert row_multiset(after) == expected
+    apps = [a for a in ui_json(cluster.master_ui).get("completedapps", []) if a.get("name") == "recluster"]
+    assert apps, "the master saw no recluster application"
+    app_id = apps[-1]["id"]
+    for worker_ui in cluster.worker_uis:  # executors of the application ran on both workers
+        finished = ui_json(worker_ui).get("finishedexecutors", [])
+        assert any(e.get("appid") == app_id for e in finished), (worker_ui, finished)
