@@ -129,3 +129,72 @@ def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
     for worker_ui in cluster.worker_uis:  # executors of the application ran on both workers
         finished = ui_json(worker_ui).get("finishedexecutors", [])
         assert any(e.get("appid") == app_id for e in finished), (worker_ui, finished)
+
+
+def _kill_worker(cluster: Cluster, index: int) -> None:
+    """SIGKILL worker `index` and the executors it launched (they name the worker's address in their arguments)."""
+    worker_id = ui_json(cluster.worker_uis[index])["id"]  # worker-<date>-127.0.0.1-<port>
+    port = worker_id.rsplit("-", 1)[1]
+    cluster.processes[1 + index].kill()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            arguments = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"Worker@127.0.0.1:{port}" in arguments:
+            os.kill(int(entry.name), 9)
+
+
+def test_a_worker_killed_during_a_merge_loses_nothing(
+    cluster: Cluster,
+    s3: S3Server,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Runs last in this module: it leaves one worker. The merge either completes on the other worker (Spark
+    reruns the lost tasks) or fails and commits nothing; either way the table holds exactly its rows."""
+    uri = s3.table_uri("kill")
+    random_batches(s3, uri, batches=8, rows=20_000, seed=32)
+    options = s3.options()
+    expected = row_multiset(DeltaTable(uri, storage_options=options).to_pyarrow_table())
+    version = DeltaTable(uri, storage_options=options).version()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "spark:\n"
+        f"  master: {cluster.master}\n"
+        "  conf: {spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, spark.executor.memory: 1g}\n"
+        "merge: {placement: spark, in_process_max_bytes: 0}\n"
+        "clustering: {target_rows: 10000}\n"
+    )
+    environment = {k: v for k, v in options.items() if k.startswith("AWS_")} | {
+        "AWS_CONDITIONAL_PUT": "etag",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "recluster.cli", "run", uri, "--final", "--config", str(config), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_environment(environment),
+    )
+    try:
+        wait_for(
+            lambda: bool(ui_json(cluster.worker_uis[1]).get("executors")) or process.poll() is not None,
+            "an executor of the merge on the second worker",
+            timeout=120,
+        )
+        assert process.poll() is None, "the merge ended before the worker could be killed"
+        _kill_worker(cluster, 1)
+        out, err = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    print(f"the merge after the kill: exit {process.returncode}")
+    table = DeltaTable(uri, storage_options=options)
+    assert row_multiset(table.to_pyarrow_table()) == expected, err[-2000:]
+    if process.returncode == 0:
+        result = json.loads(out)
+        assert result["failures"] == 0 and result["after"]["average_depth"] <= 1.5
+    else:  # failed cleanly: nothing committed
+        assert table.version() == version, err[-2000:]
