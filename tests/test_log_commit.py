@@ -97,3 +97,23 @@ def test_property_change_after_a_checkpoint_keeps_the_metadata_exactly(tmp_path:
     )
     assert after.configuration == {**before.configuration, "recluster.clusterBy": "k"}
     assert DeltaTable(str(tmp_path)).to_pyarrow_table().num_rows == 3
+
+
+def test_set_table_properties_never_writes_a_metadata_action_it_could_not_replay(tmp_path, monkeypatch):
+    """A store whose reads come back wrong (seen with a GCS emulator) once gave a replay without metaData: the
+    property commit must then fail, not write `{"metaData": {"configuration": ...}}` and make the table unreadable."""
+    import pyarrow as pa
+    import pytest
+    from deltalake import DeltaTable, write_deltalake
+
+    from recluster.core.errors import TableError
+    from recluster.delta import log_writer
+    from recluster.delta.replay import LogState
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"k": [1, 2, 3]}))
+    monkeypatch.setattr(log_writer, "replay_log", lambda *args, **kwargs: LogState(0, {}, {}, {}))
+    with pytest.raises(TableError, match=r"lacks id, format, schemaString, partitionColumns"):
+        log_writer.set_table_properties(path, {"recluster.clusterBy": "k"})
+    assert DeltaTable(str(path)).version() == 0
+    assert DeltaTable(str(path)).to_pyarrow_table().num_rows == 3

@@ -143,6 +143,10 @@ def commit_next_version(
     raise CommitFailed(f"{settings.max_attempts} attempts: {problem}")
 
 
+REQUIRED_METADATA_FIELDS = ("id", "format", "schemaString", "partitionColumns")
+"""Fields every metaData action must have (Delta protocol); a replay that lacks one is not written back."""
+
+
 def set_table_properties(
     table_uri: str | os.PathLike[str], properties: Mapping[str, str], storage_options: Mapping[str, str] | None = None
 ) -> int:
@@ -155,6 +159,12 @@ def set_table_properties(
             metadata = dict(replay_log(location, storage_options, version, with_files=False).metadata)
         except LogReplayError as error:
             raise TableError(str(error)) from None
+        missing = [field for field in REQUIRED_METADATA_FIELDS if field not in metadata]
+        if missing:  # never write a metaData action that would make the table unreadable; retrying cannot help
+            raise CommitFailed(
+                f"the metaData replayed from the log of {location} up to version {version} lacks "
+                f"{', '.join(missing)} (a store whose listings or reads come back wrong?)"
+            )
         configuration = {**metadata.get("configuration", {}), **properties}
         metadata["configuration"] = configuration
         parameters = {"properties": dict(properties)}
