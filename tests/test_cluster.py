@@ -1,6 +1,6 @@
 """A real Spark standalone cluster (issue 21): a master and two workers started from the pyspark wheel's
-`bin/spark-class` on 127.0.0.1, workers without the driver's environment. `recluster run --final` with
-`spark.master=spark://...` merges an S3 (moto) table in Spark tasks on both workers, with the credentials given the
+`bin/spark-class` on 127.0.0.1, workers without the driver's environment. `recluster run --final` and `optimize`
+with `spark.master=spark://...` merge an S3 (moto) table in Spark tasks on both workers, with the credentials given the
 way the README shows (AWS_* variables of the driver only), and the rows are unchanged."""
 
 from __future__ import annotations
@@ -126,6 +126,21 @@ def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
     apps = [a for a in ui_json(cluster.master_ui).get("completedapps", []) if a.get("name") == "recluster"]
     assert apps, "the master saw no recluster application"
     app_id = apps[-1]["id"]
+
+    random_batches(s3, uri, batches=3, rows=3_000, seed=33)  # then a full optimize on the cluster too
+    expected = row_multiset(DeltaTable(uri, storage_options=s3.options()).to_pyarrow_table())
+    done = subprocess.run(
+        [sys.executable, "-m", "recluster.cli", "optimize", uri, "--type", "full", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=cli_environment(environment),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    optimized = json.loads(done.stdout)
+    assert optimized["outcome"] == "done" and optimized["failures"] == 0, optimized
+    after = pa.table(DeltaTable(uri, storage_options=s3.options()).to_pyarrow_table())
+    assert row_multiset(after) == expected
     for worker_ui in cluster.worker_uis:  # executors of the application ran on both workers
         finished = ui_json(worker_ui).get("finishedexecutors", [])
         assert any(e.get("appid") == app_id for e in finished), (worker_ui, finished)
