@@ -243,3 +243,40 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+# --- object stores ----------------------------------------------------------------------------------------------
+
+
+def store_end_to_end(run: Callable[..., Any], table_uri: Callable[[str], str], options: dict[str, str]) -> None:
+    """What every store must support, through the CLI (`run(*args)` runs one command with --json): info, CLUSTER BY,
+    FINAL and a minor optimize of keyless fragments, every time with the rows unchanged."""
+    from recluster.delta.object_store import put_new_object
+
+    uri = table_uri("events")
+    rng = np.random.default_rng(41)
+    for batch in range(6):
+        data = pa.table({"k": rng.integers(0, 10**9, 1_500), "batch": pa.array([batch] * 1_500, pa.int32())})
+        write_deltalake(uri, data, mode="append", storage_options=options)
+    expected = row_multiset(DeltaTable(uri, storage_options=options).to_pyarrow_table())
+    run("sql", f"ALTER TABLE '{uri}' CLUSTER BY (k)")
+    assert run("info", uri)["average_depth"] == 6.0
+    result = run("run", uri, "--final")
+    assert result["failures"] == 0 and result["after"]["average_depth"] <= 1.5
+    assert row_multiset(DeltaTable(uri, storage_options=options).to_pyarrow_table()) == expected
+
+    fragments = table_uri("fragments")  # minor optimizing of small appends, no key needed
+    for batch in range(5):
+        write_deltalake(fragments, pa.table({"v": [batch] * 100}), mode="append", storage_options=options)
+    before = row_multiset(DeltaTable(fragments, storage_options=options).to_pyarrow_table())
+    optimized = run("optimize", fragments, "--type", "minor")
+    assert optimized["outcome"] == "done" and optimized["failures"] == 0
+    table = DeltaTable(fragments, storage_options=options)
+    assert len(table.file_uris()) == 1 and row_multiset(table.to_pyarrow_table()) == before
+
+    conditional = table_uri("conditional")  # our commits: created only if absent, the second writer loses
+    write_deltalake(conditional, pa.table({"k": [1, 2, 3]}), storage_options=options)
+    taken = "_delta_log/00000000000000000001.json"
+    assert put_new_object(conditional, taken, b'{"commitInfo":{}}\n', options)
+    assert not put_new_object(conditional, taken, b'{"commitInfo":{"other":1}}\n', options)
+    assert DeltaTable(conditional, storage_options=options).version() == 1

@@ -14,13 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
 
-from recluster.delta.object_store import put_new_object
-from tests.helpers import cli_environment, row_multiset, wait_for
+from tests.helpers import cli_environment, store_end_to_end, wait_for
 from tests.test_s3 import _free_port
 
 ACCOUNT = "devstoreaccount1"
@@ -116,33 +112,5 @@ def cli(azurite: Azurite, tmp_path: Path, *args: str) -> dict[str, object]:
     return result
 
 
-def test_info_final_and_minor_optimize_on_azure(azurite: Azurite, tmp_path: Path) -> None:
-    uri = azurite.table_uri("events")
-    rng = np.random.default_rng(41)
-    for batch in range(8):
-        data = pa.table({"k": rng.integers(0, 10**9, 1_500), "batch": pa.array([batch] * 1_500, pa.int32())})
-        write_deltalake(uri, data, mode="append", storage_options=azurite.options())
-    expected = row_multiset(DeltaTable(uri, storage_options=azurite.options()).to_pyarrow_table())
-    cli(azurite, tmp_path, "sql", f"ALTER TABLE '{uri}' CLUSTER BY (k)")
-    assert cli(azurite, tmp_path, "info", uri)["average_depth"] == 8.0
-    result = cli(azurite, tmp_path, "run", uri, "--final")
-    assert result["failures"] == 0 and result["after"]["average_depth"] <= 1.5  # type: ignore[index]
-    assert row_multiset(DeltaTable(uri, storage_options=azurite.options()).to_pyarrow_table()) == expected
-
-    fragments = azurite.table_uri("fragments")  # minor optimizing of small appends, no key needed
-    for batch in range(6):
-        write_deltalake(fragments, pa.table({"v": [batch] * 100}), mode="append", storage_options=azurite.options())
-    before = row_multiset(DeltaTable(fragments, storage_options=azurite.options()).to_pyarrow_table())
-    optimized = cli(azurite, tmp_path, "optimize", fragments, "--type", "minor")
-    assert optimized["outcome"] == "done" and optimized["failures"] == 0
-    table = DeltaTable(fragments, storage_options=azurite.options())
-    assert len(table.file_uris()) == 1 and row_multiset(table.to_pyarrow_table()) == before
-
-
-def test_our_commits_are_create_if_absent_on_azure(azurite: Azurite) -> None:
-    uri = azurite.table_uri("conditional")
-    write_deltalake(uri, pa.table({"k": [1, 2, 3]}), storage_options=azurite.options())
-    taken = "_delta_log/00000000000000000001.json"
-    assert put_new_object(uri, taken, b'{"commitInfo":{}}\n', azurite.options())
-    assert not put_new_object(uri, taken, b'{"commitInfo":{"other":1}}\n', azurite.options())  # the second loses
-    assert DeltaTable(uri, storage_options=azurite.options()).version() == 1
+def test_info_final_minor_optimize_and_conditional_commits_on_azure(azurite: Azurite, tmp_path: Path) -> None:
+    store_end_to_end(lambda *args: cli(azurite, tmp_path, *args), azurite.table_uri, azurite.options())

@@ -85,6 +85,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             process.wait(timeout=30)
 
 
+def cluster_config(cluster: Cluster, directory: Path, target_rows: int) -> Path:
+    """A settings file for the cluster: its master, a driver the executors reach on 127.0.0.1, merges in Spark."""
+    config = directory / "config.yaml"
+    config.write_text(
+        "spark:\n"
+        f"  master: {cluster.master}\n"
+        "  conf: {spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, spark.executor.memory: 1g}\n"
+        "merge: {placement: spark, in_process_max_bytes: 0}\n"
+        f"clustering: {{target_rows: {target_rows}}}\n"
+    )
+    return config
+
+
 def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
     cluster: Cluster,
     s3: S3Server,  # noqa: F811
@@ -93,14 +106,7 @@ def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
     uri = s3.table_uri("cluster")
     random_batches(s3, uri, batches=6, rows=3_000, seed=31)
     expected = row_multiset(DeltaTable(uri, storage_options=s3.options()).to_pyarrow_table())
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "spark:\n"
-        f"  master: {cluster.master}\n"
-        "  conf: {spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, spark.executor.memory: 1g}\n"
-        "merge: {placement: spark, in_process_max_bytes: 0}\n"
-        "clustering: {target_rows: 4000}\n"
-    )
+    config = cluster_config(cluster, tmp_path, target_rows=4000)
     environment = {  # the README's way: credentials in the driver's environment only
         "AWS_ACCESS_KEY_ID": s3.key_id,
         "AWS_SECRET_ACCESS_KEY": s3.secret,
@@ -174,14 +180,7 @@ def test_a_worker_killed_during_a_merge_loses_nothing(
     options = s3.options()
     expected = row_multiset(DeltaTable(uri, storage_options=options).to_pyarrow_table())
     version = DeltaTable(uri, storage_options=options).version()
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "spark:\n"
-        f"  master: {cluster.master}\n"
-        "  conf: {spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, spark.executor.memory: 1g}\n"
-        "merge: {placement: spark, in_process_max_bytes: 0}\n"
-        "clustering: {target_rows: 10000}\n"
-    )
+    config = cluster_config(cluster, tmp_path, target_rows=10000)
     environment = {k: v for k, v in options.items() if k.startswith("AWS_")} | {
         "AWS_CONDITIONAL_PUT": "etag",
         "XDG_STATE_HOME": str(tmp_path / "state"),
