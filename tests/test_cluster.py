@@ -152,6 +152,53 @@ def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
         assert any(e.get("appid") == app_id for e in finished), (worker_ui, finished)
 
 
+def test_watch_on_the_cluster_merges_live_appends_in_spark_tasks(cluster: Cluster, tmp_path: Path) -> None:
+    """The streaming job with spark.master=spark://...: its merges run as Spark tasks on the workers (local tables,
+    which the workers on this machine reach), rows unchanged; a graceful stop exits 0. (Before the driver's thread
+    stack was raised, the query's thread died here with a StackOverflowError in java.util.regex.)"""
+    import numpy as np
+
+    from recluster.delta.log import PRODUCER, PRODUCER_KEY
+    from tests.helpers import append_random, stop_watch
+
+    table = tmp_path / "events"
+    rng = np.random.default_rng(34)
+    appended = [append_random(table, rng, 0)]
+    config = cluster_config(cluster, tmp_path, target_rows=4000)
+    log = tmp_path / "watch.log"
+    command = [sys.executable, "-m", "recluster.cli", "watch", "--table", f"{table}:k", "--config", str(config),
+               "--checkpoint", str(tmp_path / "checkpoint"), "--trigger-seconds", "0.5", "--starting-version",
+               "earliest", "--set", "selection.policy=levels"]  # fmt: skip
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=cli_environment({"XDG_STATE_HOME": str(tmp_path / "state")}),
+        )
+    try:
+
+        def merged() -> bool:  # a rewrite commit of ours (the CLUSTER BY commit is ours too, but not OPTIMIZE)
+            infos = [
+                json.loads(line)["commitInfo"]
+                for path in (table / "_delta_log").glob("*.json")
+                for line in path.read_text().splitlines()
+                if line.startswith('{"commitInfo"')
+            ]
+            return any(i.get(PRODUCER_KEY) == PRODUCER and i.get("operation") == "OPTIMIZE" for i in infos)
+
+        appended += [append_random(table, rng, batch) for batch in range(1, 7)]
+        wait_for(merged, "the job's first merge on the cluster", process, timeout=240)
+    finally:
+        stop_watch(process, log)
+    assert "StackOverflowError" not in log.read_text()
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
+    apps = [a for a in ui_json(cluster.master_ui).get("completedapps", []) if a.get("name") == "recluster"]
+    executors = [e for ui in cluster.worker_uis for e in ui_json(ui).get("finishedexecutors", [])]
+    assert any(e.get("appid") == apps[-1]["id"] for e in executors), "the job ran no executor on the cluster"
+
+
 def _kill_worker(cluster: Cluster, index: int) -> None:
     """SIGKILL worker `index` and the executors it launched (they name the worker's address in their arguments)."""
     worker_id = ui_json(cluster.worker_uis[index])["id"]  # worker-<date>-127.0.0.1-<port>

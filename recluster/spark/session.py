@@ -35,6 +35,10 @@ def use_scheduler_pool(spark: Any, pool: str | None) -> None:
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
 
 
+DRIVER_THREAD_STACK = "16m"
+"""Default stack size of the driver JVM's threads (the JVM's default is 1 MB on Linux x86-64)."""
+
+
 def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] | None = None) -> Any:
     """The Spark session for merges; workers run this interpreter (a venv otherwise breaks them).
 
@@ -54,7 +58,9 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": settings.log_level,
-        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
+        # -Xss: on a cluster master the streaming query's thread died with a StackOverflowError deep in
+        # java.util.regex during the first micro-batch (tests/test_cluster.py); threads get a bigger default stack.
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG} -Xss{DRIVER_THREAD_STACK}",
         "spark.executor.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
