@@ -55,12 +55,17 @@ class Block:
     curve_range: tuple[int, int] | None = None
     """Under a curve key, the file's curve values (from its name; None: not sorted on the current curve)."""
 
+    def column_range(self, index: int) -> tuple[Any, Any]:
+        """(min, max) of key column `index` from the file's stats; None where it has none."""
+        return (
+            self.min_values[index] if self.min_values else None,
+            self.max_values[index] if self.max_values else None,
+        )
+
     @property
     def cut_range(self) -> tuple[Any, Any]:
         """The file's range in what merges cut outputs on: the curve value, else the first key column."""
-        if self.curve_range is not None:
-            return self.curve_range
-        return (self.min_values[0] if self.min_values else None, self.max_values[0] if self.max_values else None)
+        return self.curve_range if self.curve_range is not None else self.column_range(0)
 
     @property
     def has_deletion_vector(self) -> bool:

@@ -1,4 +1,4 @@
-"""Space-filling curves over range ids (DESIGN §6, issue 19). Pure: numpy only, no I/O.
+"""Space-filling curves over range ids (DESIGN §6, issue 19). Pure: numpy and Arrow compute, no I/O.
 
 Each key column is mapped to a rank by fixed quantile bounds sampled from the data (`RangeBounds`): NULL is
 rank 0, a value gets 1 + the number of bounds at or below it, NaN the rank after the last. The ranks of a row's
@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from recluster.core.errors import TableError
 
@@ -120,6 +122,13 @@ def quantile_bounds(ordered: Sequence[Any], ranges: int = RANGES_PER_COLUMN) -> 
         return []
     picks = [ordered[(len(ordered) * i) // ranges] for i in range(1, ranges)]
     return [value for i, value in enumerate(picks) if i == 0 or value != picks[i - 1]]
+
+
+def sample_quantile_bounds(sample: pa.ChunkedArray | pa.Array, ranges: int = RANGES_PER_COLUMN) -> list[Any]:
+    """`quantile_bounds` of a sample of one column, its NULLs and NaNs left out (they have ranges of their own)."""
+    values = sample.filter(pc.invert(pc.is_nan(sample))) if pa.types.is_floating(sample.type) else sample
+    values = pc.drop_null(values)
+    return quantile_bounds(values.take(pc.sort_indices(values)).to_pylist(), ranges)
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,13 +156,9 @@ def comparable(value: Any, column: KeyColumn) -> Any:
     match column.type:
         case KeyType.DATE:
             day = dt.date.fromisoformat(value) if isinstance(value, str) else value
-            return (day - dt.date(1970, 1, 1)).days
+            return (day - _EPOCH_DATE).days
         case KeyType.TIMESTAMP:
-            if isinstance(value, int):
-                return value
-            epoch = dt.datetime(1970, 1, 1, tzinfo=value.tzinfo and dt.UTC)
-            delta = value - epoch
-            return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+            return value if isinstance(value, int) else _micros(value)
         case KeyType.DECIMAL:
             return float(decimal.Decimal(value))
         case KeyType.BINARY:
@@ -189,8 +185,7 @@ def bounds_drifted(blocks: Sequence[Block], key: ClusterKey) -> bool:
             continue
         outside = 0
         for block in blocks:
-            low = block.min_values[index] if block.min_values else None
-            high = block.max_values[index] if block.max_values else None
+            low, high = block.column_range(index)
             if low is None or high is None:
                 continue
             try:

@@ -46,8 +46,7 @@ def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[s
     for index, column in enumerate(key.columns):
         ranges: list[tuple[Any, Any]] = []
         for block in blocks:
-            low = block.min_values[index] if block.min_values else None
-            high = block.max_values[index] if block.max_values else None
+            low, high = block.column_range(index)
             if _usable(low) and _usable(high):
                 ranges.append((comparable(low, column), comparable(high, column)))
         unprunable = count - len(ranges)

@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from recluster.core.blocks import Block
-from recluster.core.curves import RANGES_PER_COLUMN, RangeBounds, quantile_bounds
+from recluster.core.curves import RANGES_PER_COLUMN, RangeBounds, sample_quantile_bounds
 from recluster.core.errors import TableError
 from recluster.core.keys import ClusterKey, bound_to_json
 from recluster.delta.storage import file_location, table_filesystem
@@ -87,9 +86,5 @@ def sample_range_bounds(
             bounds.append(())
             continue
         sample = pa.chunked_array([chunk for v in values for chunk in v.chunks], values[0].type)
-        if pa.types.is_floating(sample.type):
-            sample = sample.filter(pc.invert(pc.is_nan(sample)))
-        sample = pc.drop_null(sample)
-        ordered = sample.take(pc.sort_indices(sample)).to_pylist()
-        bounds.append(tuple(bound_to_json(v, column) for v in quantile_bounds(ordered, ranges)))
+        bounds.append(tuple(bound_to_json(v, column) for v in sample_quantile_bounds(sample, ranges)))
     return RangeBounds(key.names, tuple(bounds))

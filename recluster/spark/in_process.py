@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from recluster.core.blocks import WrittenFile
+from recluster.core.curves import sample_quantile_bounds
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.spark.curve_column import CURVE_FIELD, curve_column, sort_columns, with_curve_column
@@ -94,17 +95,6 @@ def merge_in_process(task: MergeTask, spec: OutputSpec, threads: int = 1) -> lis
     spec = dataclasses.replace(spec, write_threads=threads)
     results = [row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()]
     return written_files(task, results)
-
-
-def range_bounds(sample: pa.ChunkedArray, ranges: int) -> list[Any]:
-    """Up to ranges - 1 increasing first-key values at the sample's quantiles (NULL and NaN excluded)."""
-    values = sample.filter(pc.invert(pc.is_nan(sample))) if pa.types.is_floating(sample.type) else sample
-    values = pc.drop_null(values)
-    if len(values) == 0 or ranges < 2:
-        return []
-    ordered = values.take(pc.sort_indices(values))
-    picks = [ordered[(len(ordered) * i) // ranges].as_py() for i in range(1, ranges)]
-    return [value for i, value in enumerate(picks) if i == 0 or value != picks[i - 1]]
 
 
 def range_ids(column: pa.ChunkedArray | pa.Array, bounds: Sequence[Any]) -> npt.NDArray[np.int32]:
@@ -185,7 +175,7 @@ def merge_range_partitioned(
     write each range (see the module's docstring). Without a key, rows are spread over the ranges in order."""
     ranges = range_count(task, spec)
     source = _input_spec(task, spec)
-    bounds = range_bounds(_sample_first_key(task, spec, ranges, threads), ranges) if spec.key else []
+    bounds = sample_quantile_bounds(_sample_first_key(task, spec, ranges, threads), ranges) if spec.key else []
     ranges = len(bounds) + 1 if spec.key else ranges
     directory = tempfile.mkdtemp(prefix="recluster-merge-", dir=spill_dir)
     try:
