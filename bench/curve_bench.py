@@ -1,9 +1,9 @@
 """Multi-column keys on curves against delta-rs z_order: `python -m bench.curve_bench [--quick]` (issue 19).
 
 Workload: random (a, b) int64 keys plus a 64-letter payload, 40 appends x 50,000 rows (quick: 12 x 20,000),
-target 50,000 rows per file (about 4 MB). Every figure is the share of files a point predicate on one column
-alone reads after min/max pruning, averaged over 99 points at the data's quantiles of that column (the same
-points for every layout, computed from the rows themselves).
+target 50,000 rows per file (about 4 MB). Every figure is the share of files a narrow predicate on one column
+alone reads after Delta min/max stats pruning, averaged over 200 predicates at random places, each covering 0.1% of
+the column's domain (a string column: one value); the same predicates for every layout.
 1. After FINAL on the same data: recluster HILBERT, ZORDER and LINEAR, and delta-rs `optimize.z_order(["a", "b"])`
    (with its default file size, and cut to the same file count as ours), each on its own copy. Goal: each column
    <= 1.3 / sqrt(files) for HILBERT.
@@ -11,6 +11,9 @@ points for every layout, computed from the rows themselves).
    delta-rs z_order every 5 appends; the per-column share averaged over every append (time-averaged) and the row
    write amplification (rows rewritten / rows appended; z_order every 5 of 40 appends: 4.5). Goal: each column
    <= 0.4 at WA <= 4.5.
+3. Real data no one here wrote (bench/curve_data.py): TPC-H lineitem SF 0.5 on (l_shipdate, l_partkey) and NYC
+   flights 2013 on (origin, time_hour), written in 20 commits, FINAL cut to about 48 files, against delta-rs
+   z_order cut to the same count. Goals: worst and mean column <= z_order's; each column <= 1.3 / sqrt(files).
 Rows are checked unchanged (count + order-independent hash) on every table. Writes bench/results/curve-<date>.json.
 """
 
@@ -23,9 +26,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from bench.compare.measurement import row_fingerprint
+from bench.curve_data import RealData, flights, lineitem
 from bench.merge_bench import (
     letters,
     log,
@@ -37,7 +42,14 @@ from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings
 
 COLUMNS = ("a", "b")
-POINTS = 99
+REAL_FILES = 48
+"""Files the real tables are cut into (the issue's reference layout has 46 on 2M rows)."""
+PREDICATES = 200
+"""Narrow predicates per column: each covers WIDTH of the column's domain (strings: one value)."""
+WIDTH = 0.001
+
+Predicates = dict[str, tuple[np.ndarray, np.ndarray]]
+"""Per column, the low and high ends of each predicate."""
 
 
 def batch(rng: np.random.Generator, rows: int) -> pa.Table:
@@ -54,45 +66,82 @@ def no_spark() -> Any:
     raise AssertionError("the curve bench runs the kernel in the process")
 
 
-def scan_shares(path: Path, points: dict[str, np.ndarray]) -> dict[str, float]:
-    """Per column: mean over the points of the share of live files whose min/max contain the point."""
+def as_numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column as numbers to compare (dates as days, timestamps as microseconds); strings stay strings."""
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return np.asarray(column.to_pylist(), dtype=object)
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
+    elif pa.types.is_date32(column.type):
+        column = column.cast(pa.int32())
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def random_predicates(table: pa.Table, columns: tuple[str, ...], seed: int) -> Predicates:
+    """PREDICATES per column at random places: a range of WIDTH of the domain, or one value of a string column."""
+    rng = np.random.default_rng(seed)
+    predicates: Predicates = {}
+    for name in columns:
+        values = as_numbers(pc.drop_null(table[name]))
+        if values.dtype == object:
+            picks = rng.choice(np.unique(values), PREDICATES)
+            predicates[name] = (picks, picks)
+            continue
+        low, high = float(values.min()), float(values.max())
+        width = (high - low) * WIDTH
+        starts = rng.uniform(low, high - width, PREDICATES)
+        predicates[name] = (starts, starts + width)
+    return predicates
+
+
+def scan_shares(path: Path, predicates: Predicates) -> dict[str, float]:
+    """Per column: mean over its predicates of the share of live files whose min/max stats intersect it."""
     actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
     shares = {}
-    for name in COLUMNS:
-        low = actions[f"min.{name}"].to_numpy()
-        high = actions[f"max.{name}"].to_numpy()
-        hits = (low[None, :] <= points[name][:, None]) & (points[name][:, None] <= high[None, :])
+    for name, (low, high) in predicates.items():
+        file_low, file_high = as_numbers(actions[f"min.{name}"]), as_numbers(actions[f"max.{name}"])
+        hits = (file_low[None, :] <= high[:, None]) & (low[:, None] <= file_high[None, :])
         shares[name] = float(hits.mean())
     return shares
-
-
-def quantile_points(table: pa.Table) -> dict[str, np.ndarray]:
-    return {name: np.quantile(table[name].to_numpy(), np.linspace(0, 1, POINTS + 2)[1:-1]) for name in COLUMNS}
 
 
 def settings_for(curve: str, target_rows: int) -> Settings:
     return Settings(clustering={"target_rows": target_rows, "curve": curve})
 
 
-def after_final(source: Path, scratch: Path, target_rows: int, points: dict[str, np.ndarray]) -> dict[str, Any]:
+def after_final(source: Path, scratch: Path, target_rows: int, predicates: Predicates) -> dict[str, Any]:
+    """FINAL on copies of `source` (HILBERT, ZORDER, LINEAR) and delta-rs z_order on the same key columns."""
+    columns = list(predicates)
     expected = row_fingerprint(DeltaTable(str(source)).to_pyarrow_table())
     layouts: dict[str, Any] = {}
     for name in ("hilbert", "zorder", "linear", "z_order_delta_rs", "z_order_delta_rs_same_files"):
         copy = scratch / name
         shutil.copytree(source, copy)
-        if name.startswith("z_order"):
-            files = layouts["hilbert"]["files"]
-            size = sum(f.stat().st_size for f in copy.glob("*.parquet")) // files if "same" in name else None
-            DeltaTable(str(copy)).optimize.z_order(list(COLUMNS), **({"target_size": size} if size else {}))
+        if name == "z_order_delta_rs":
+            DeltaTable(str(copy)).optimize.z_order(columns)
+        elif name == "z_order_delta_rs_same_files":
+            z_order_to_file_count(source, copy, columns, layouts["hilbert"]["files"])
         else:
             settings = settings_for(name, target_rows)
             loader = snapshot_loader(str(copy), settings, None)
             recluster_table(str(copy), loader, settings=settings, spark_factory=no_spark, final=True)
         assert row_fingerprint(DeltaTable(str(copy)).to_pyarrow_table()) == expected, f"{name} changed the rows"
-        layouts[name] = {"files": len(DeltaTable(str(copy)).file_uris()), "scan": scan_shares(copy, points)}
+        layouts[name] = {"files": len(DeltaTable(str(copy)).file_uris()), "scan": scan_shares(copy, predicates)}
         log(f"final {name}: {layouts[name]}")
         shutil.rmtree(copy)
     return layouts
+
+
+def z_order_to_file_count(source: Path, copy: Path, columns: list[str], files: int) -> None:
+    """delta-rs z_order cut to about `files` files: its target is in bytes, so a second try corrects the first's
+    miss (its files compress differently from the input) when that is more than 10%."""
+    size = sum(f.stat().st_size for f in copy.glob("*.parquet")) // files
+    DeltaTable(str(copy)).optimize.z_order(columns, target_size=size)
+    got = len(DeltaTable(str(copy)).file_uris())
+    if abs(got - files) > files // 10:
+        shutil.rmtree(copy)
+        shutil.copytree(source, copy)
+        DeltaTable(str(copy)).optimize.z_order(columns, target_size=size * got // files)
 
 
 def over_appends(scratch: Path, appends: int, rows: int, target_rows: int, seed: int) -> dict[str, Any]:
@@ -106,7 +155,7 @@ def over_appends(scratch: Path, appends: int, rows: int, target_rows: int, seed:
     for index in range(appends):
         data = batch(rng, rows)
         everything.append(data)
-        points = quantile_points(pa.concat_tables(everything))
+        predicates = random_predicates(pa.concat_tables(everything), COLUMNS, seed=index)
         for path in (ours, theirs):
             write_deltalake(str(path), data, mode="append")
             if index == 0:
@@ -118,8 +167,8 @@ def over_appends(scratch: Path, appends: int, rows: int, target_rows: int, seed:
         if (index + 1) % 5 == 0:
             metrics = DeltaTable(str(theirs)).optimize.z_order(list(COLUMNS))
             written["z_order"] += sum(rows_of(theirs, metrics))
-        traces["recluster"].append(scan_shares(ours, points))
-        traces["z_order"].append(scan_shares(theirs, points))
+        traces["recluster"].append(scan_shares(ours, predicates))
+        traces["z_order"].append(scan_shares(theirs, predicates))
     expected = row_fingerprint(pa.concat_tables(everything))
     for path in (ours, theirs):
         assert row_fingerprint(DeltaTable(str(path)).to_pyarrow_table()) == expected, f"{path.name} changed the rows"
@@ -146,7 +195,7 @@ def ratio_row(measure: str, ours: float, theirs: float, goal: str) -> list[Any]:
 
 def summary_rows(final: dict[str, Any], incremental: dict[str, Any], appends: int) -> list[list[Any]]:
     hilbert, z_order = final["hilbert"], final["z_order_delta_rs_same_files"]
-    bound = f"<= {1.3 / hilbert['files'] ** 0.5:.3f}"
+    bound = bound_text(hilbert["files"])
     ours, theirs = incremental["recluster"], incremental["z_order"]
     return [
         *(
@@ -186,6 +235,39 @@ def summary_rows(final: dict[str, Any], incremental: dict[str, Any], appends: in
     ]
 
 
+def real_final(data: RealData, scratch: Path, appends: int = 20) -> dict[str, Any]:
+    """FINAL on a real table written in `appends` commits in its own order, cut to about REAL_FILES files."""
+    source = scratch / data.name
+    step = -(-data.table.num_rows // appends)
+    for index, start in enumerate(range(0, data.table.num_rows, step)):
+        write_deltalake(str(source), data.table.slice(start, step), mode="append")
+        if index == 0:
+            set_table_properties(source, {CLUSTER_BY_PROPERTY: ",".join(data.columns)})
+    predicates = random_predicates(data.table, data.columns, seed=7)
+    layouts = after_final(source, scratch, -(-data.table.num_rows // REAL_FILES), predicates)
+    shutil.rmtree(source)
+    return {"rows": data.table.num_rows, "columns": list(data.columns), "layouts": layouts}
+
+
+def real_rows(name: str, real: dict[str, Any]) -> list[list[Any]]:
+    """Worst and mean column against delta-rs z_order at the same file count, and each column's bound."""
+    hilbert, z_order = real["layouts"]["hilbert"], real["layouts"]["z_order_delta_rs_same_files"]
+    ours, theirs = list(hilbert["scan"].values()), list(z_order["scan"].values())
+    label = f"{name} after FINAL, HILBERT ({hilbert['files']} files) vs delta-rs z_order ({z_order['files']} files)"
+    return [
+        ratio_row(f"{label}: worst column", max(ours), max(theirs), "<= 1x"),
+        ratio_row(f"{label}: mean over columns", float(np.mean(ours)), float(np.mean(theirs)), "<= 1x"),
+        *(
+            ratio_row(f"{label}: column {c}", hilbert["scan"][c], z_order["scan"][c], bound_text(hilbert["files"]))
+            for c in real["columns"]
+        ),
+    ]
+
+
+def bound_text(files: int) -> str:
+    return f"<= {1.3 / files**0.5:.3f}"
+
+
 def main(quick: bool = False) -> dict[str, Any]:
     appends, rows, target_rows = (12, 20_000, 20_000) if quick else (40, 50_000, 50_000)
     with tempfile.TemporaryDirectory(prefix="recluster-curve-bench-") as scratch:
@@ -196,16 +278,20 @@ def main(quick: bool = False) -> dict[str, Any]:
             write_deltalake(str(source), batch(rng, rows), mode="append")
             if index == 0:
                 set_table_properties(source, {CLUSTER_BY_PROPERTY: ",".join(COLUMNS)})
-        points = quantile_points(DeltaTable(str(source)).to_pyarrow_table())
-        final = after_final(source, work, target_rows, points)
+        predicates = random_predicates(DeltaTable(str(source)).to_pyarrow_table(), COLUMNS, seed=5)
+        final = after_final(source, work, target_rows, predicates)
+        real = {data.name: real_final(data, work) for data in (lineitem(0.05 if quick else 0.5, work), flights())}
         incremental = over_appends(work, appends, rows, target_rows, seed=6)
     rows_out = summary_rows(final, incremental, appends)
+    for name, measured in real.items():
+        rows_out.extend(real_rows(name, measured))
     result = {
         "quick": quick,
         "appends": appends,
         "rows_per_append": rows,
         "target_rows": target_rows,
         "final": final,
+        "real_data": real,
         "incremental": {side: {k: v for k, v in data.items() if k != "trace"} for side, data in incremental.items()},
         "traces": {side: data["trace"] for side, data in incremental.items()},
     }

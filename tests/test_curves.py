@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from recluster.core.blocks import parse_data_file_name
 from recluster.core.curves import (
+    RANK_BITS,
     Curve,
     column_ranks,
     hilbert_index,
     interleave,
     quantile_bounds,
-    value_rank,
     whole_curve,
 )
 from recluster.core.sql import ClusterByStatement, SqlError, parse_statement
@@ -64,16 +64,38 @@ def test_ranks_put_nulls_first_nan_last_and_follow_the_bounds(values: list[Any],
     nulls = np.array([v is None for v in values], dtype=bool)
     array = np.array([0.0 if v is None else float(v) for v in values], dtype=np.float64)
     ranks = column_ranks(array, nulls, [float(b) for b in bounds]).tolist()
-    assert ranks == [value_rank(None if v is None else float(v), bounds) for v in values]
+    top = (1 << RANK_BITS) - 1
+    assert ranks == [value_rank(None if v is None else float(v), bounds) * top // (len(bounds) + 2) for v in values]
     for value, rank in zip(values, ranks, strict=True):
         if value is None:
             assert rank == 0
         elif value != value:
-            assert rank == len(bounds) + 2
+            assert rank == top  # NaN: the last cell of the grid's side
         else:
-            assert 1 <= rank <= len(bounds) + 1
+            assert 0 < rank < top
     numbers = sorted((v, r) for v, r in zip(values, ranks, strict=True) if v is not None and v == v)
     assert [r for _, r in numbers] == sorted(r for _, r in numbers)  # monotone in the value
+
+
+def value_rank(value: Any, bounds: list[Any]) -> int:
+    """The rank of one value, by the definition: NULL 0, NaN after the last range, else 1 + bounds at or below."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value != value:
+        return len(bounds) + 2
+    return sum(1 for bound in bounds if bound <= value) + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(distinct=st.integers(1, 999))
+def test_ranks_of_any_number_of_ranges_spread_over_the_whole_grid_side_in_order(distinct: int) -> None:
+    """Three airports take as much of the curve as a thousand ranges: the highest rank lands in the grid's top
+    third whatever the count, and distinct ranges stay distinct positions."""
+    bounds = [float(v) for v in range(1, distinct + 1)]
+    values = np.arange(0, distinct + 1, dtype=np.float64)  # one value in each range
+    ranks = column_ranks(values, np.zeros(len(values), dtype=bool), bounds)
+    assert (np.diff(ranks.astype(np.int64)) > 0).all()
+    assert int(ranks[-1]) >= ((1 << RANK_BITS) - 1) * 2 // 3
 
 
 def test_cluster_by_using_parses_every_curve_and_refuses_others() -> None:

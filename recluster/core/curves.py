@@ -1,7 +1,9 @@
 """Space-filling curves over range ids (DESIGN §6, issue 19). Pure: numpy and Arrow compute, no I/O.
 
 Each key column is mapped to a rank by fixed quantile bounds sampled from the data (`RangeBounds`): NULL is
-rank 0, a value gets 1 + the number of bounds at or below it, NaN the rank after the last. The ranks of a row's
+rank 0, a value gets 1 + the number of bounds at or below it, NaN the rank after the last; the ranks are then
+spread evenly over the grid's side, so a column with few ranges (a low-cardinality column: three airports) takes
+as much of the curve as one with a thousand instead of being folded into its first cells. The ranks of a row's
 columns are one point of a grid of 2^RANK_BITS per side; the curve orders the points: HILBERT (Skilling's
 transpose algorithm: consecutive values are grid neighbours), ZORDER (the ranks' bits interleaved), LINEAR (the
 columns compared in order: no curve). Bounds stay fixed across incremental merges so curve values stay
@@ -33,6 +35,10 @@ RANGES_PER_COLUMN = 1000
 
 MAX_CURVE_COLUMNS = 4
 """Columns on one curve: 4 x RANK_BITS = 40 bits, an int64 with room to spare."""
+
+RANK_LAYOUT = "spread"
+"""How ranks sit on the grid (evenly spread over its side). Part of the key fingerprint: a change here changes every
+curve value, so it must make the layout "not sorted by the current key" (a full recluster), never a silent mix."""
 
 DRIFT_SHARE = 0.1
 """Bounds are sampled anew once more than this share of the live rows sits in files entirely outside a column's
@@ -157,8 +163,8 @@ class RangeBounds:
 
 
 def column_ranks(values: npt.NDArray[Any], nulls: npt.NDArray[np.bool_], bounds: Sequence[Any]) -> UInt64Array:
-    """Ranks of one column's values (already `comparable`; NULL positions flagged in `nulls`): 0 for NULL,
-    1 + the number of bounds <= the value, NaN after the last range."""
+    """Grid positions of one column's values (already `comparable`; NULL positions flagged in `nulls`): the rank
+    (0 for NULL, 1 + the number of bounds <= the value, NaN after the last range) spread over the grid's side."""
     ranks = np.zeros(len(values), dtype=np.uint64)
     present = ~nulls
     if values.dtype.kind == "f":
@@ -172,16 +178,12 @@ def column_ranks(values: npt.NDArray[Any], nulls: npt.NDArray[np.bool_], bounds:
         ranks[present] = 1 + np.searchsorted(sorted_bounds, values[present], side="right")
     else:
         ranks[present] = [1 + bisect.bisect_right(bounds, v) for v in values[present]]
-    return ranks
+    return spread_ranks(ranks, len(bounds))
 
 
-def value_rank(value: Any, bounds: Sequence[Any]) -> int:
-    """The rank of one comparable value (the scalar form of `column_ranks`)."""
-    if value is None:
-        return 0
-    if isinstance(value, float) and value != value:
-        return len(bounds) + 2
-    return 1 + bisect.bisect_right(bounds, value)
+def spread_ranks(ranks: UInt64Array, bounds: int) -> UInt64Array:
+    """Ranks 0 .. bounds + 2 stretched over 0 .. 2^RANK_BITS - 1, order kept (strictly, as bounds + 2 < 2^RANK_BITS)."""
+    return (ranks * np.uint64((1 << RANK_BITS) - 1)) // np.uint64(bounds + 2)
 
 
 def curve_of(curve: Curve, ranks: Sequence[int]) -> int:

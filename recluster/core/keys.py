@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from recluster.core.blocks import Block
-from recluster.core.curves import DRIFT_SHARE, Curve, RangeBounds
+from recluster.core.curves import DRIFT_SHARE, RANK_LAYOUT, Curve, RangeBounds
 from recluster.core.errors import TableError
 
 DELTA_STRING_STATS_PREFIX = 32
@@ -260,7 +260,9 @@ class ClusterKey:
     def fingerprint(self) -> str:
         if not self.on_curve:
             return key_fingerprint(self.names)
-        return key_fingerprint(self.names, f"{self.curve}:{self.bounds.id if self.bounds else 'unbounded'}")
+        return key_fingerprint(
+            self.names, f"{self.curve}/{RANK_LAYOUT}:{self.bounds.id if self.bounds else 'unbounded'}"
+        )
 
     def __str__(self) -> str:
         text = ", ".join(self.names)
