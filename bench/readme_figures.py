@@ -169,11 +169,29 @@ def fixed_cost(results: Results) -> str:
 
 def curve(results: Results) -> str:
     file, c = results.get("curve")
+    real = c["real_data"]
     return (
         f"**Multi-column keys on a curve** (`python -m bench.curve_bench`, {source(file)}; random (a, b) int64 keys, "
-        f"{c['appends']} appends x {c['rows_per_append']:,} rows, {c['target_rows']:,} rows per file; the share of "
-        "files a point predicate on one column reads after min/max pruning, averaged over 99 points at the data's "
-        "quantiles; row write amplification = rows rewritten / rows appended):\n\n" + summary_table(c["summary"])
+        f"{c['appends']} appends x {c['rows_per_append']:,} rows, {c['target_rows']:,} rows per file; then real data: "
+        f"TPC-H lineitem SF 0.5 ({real['tpch_lineitem']['rows']:,} rows) on (l_shipdate, l_partkey) and NYC flights "
+        f"2013 ({real['nyc_flights_2013']['rows']:,} rows) on (origin, time_hour); the share of files a narrow "
+        "predicate on one column reads after Delta min/max pruning, averaged over 200 predicates at random places "
+        "each covering 0.1% of the column's domain (a string column: one value); row write amplification = rows "
+        "rewritten / rows appended):\n\n" + summary_table(c["summary"])
+    )
+
+
+def cluster(results: Results) -> str:
+    file, c = results.get("cluster")
+    one, two = c["runs"]
+    return (
+        f"Measured (`python -m bench.cluster_bench`, {source(file)}): `run --final` on "
+        f"{c['input_bytes'] / 1e6:,.0f} MB ({c['rows']:,} rows in {c['input_files']} files), every merge in Spark "
+        "tasks, on a cluster of one worker "
+        f"and of two (1 core and 1.5 GB each, 1 GB executors) on this 2-core machine that also runs the driver: "
+        f"{num(one['seconds'])} s and {num(two['seconds'])} s, {one['tasks']} and {two['tasks']} merge tasks, rows "
+        "unchanged; the executors' peak resident memory (JVM plus Python workers) stayed bounded:\n\n"
+        + summary_table(c["summary"])
     )
 
 
@@ -384,6 +402,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "output": output,
     "fixed-cost": fixed_cost,
     "curve": curve,
+    "cluster": cluster,
     "pages": pages,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,

@@ -4,7 +4,6 @@ and what the Kafka tests do with it: send and read records, settings for a job d
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -12,16 +11,11 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from bench.spark_cluster import free_port
 from recluster.settings import ClusteringSettings, KafkaSettings, Settings, StreamSettings, TableSettings
 from tests.helpers import wait_for
 
 COMMITS, METRICS = "commits", "metrics"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Broker:

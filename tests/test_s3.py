@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import uuid
@@ -24,6 +23,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 from deltalake import DeltaTable, write_deltalake
 
+from bench.spark_cluster import free_port
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.blocks import parse_data_file_name
 from recluster.core.errors import TableError
@@ -110,17 +110,11 @@ def _created_user(iam) -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory) -> Iterator[S3Server]:
     """moto_server on a free loopback port. After three unauthenticated IAM calls (user, policy, access key)
     it checks every request's signature, so wrong credentials fail as they would on AWS."""
-    port = _free_port()
+    port = free_port()
     request_log = tmp_path_factory.mktemp("moto") / "requests.log"
     server = Path(sys.executable).parent / "moto_server"
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
@@ -12,12 +12,7 @@ from recluster.cli.common import UsageError, print_json, settings_of
 from recluster.cli.render import render_info, render_status
 from recluster.cli.watch import run_until_signal
 from recluster.engine.api import table_info
-from recluster.settings import (
-    TableSettings,
-)
-
-if TYPE_CHECKING:
-    pass
+from recluster.settings import TableSettings, table_storage_options
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -26,6 +21,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import time
 
     import numpy as np
+    from deltalake import DeltaTable
     from rich.live import Live
 
     from jobs.autorecluster import start_job
@@ -35,18 +31,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.rows < 1 or args.target_rows < 1 or args.seconds <= 0 or args.interval <= 0:
         raise UsageError("--rows and --target-rows must be positive numbers, --seconds and --interval above 0")
     root = Path(args.path)
-    table, checkpoint = root / "events", root / "checkpoint"
+    table, checkpoint = args.table or str(root / "events"), root / "checkpoint"
+    base = settings_of(args)
+    options = table_storage_options(base, None)
+    if args.table and DeltaTable.is_deltatable(table, dict(options)):
+        raise UsageError(f"{table} is already a Delta table: the demo writes a new one (choose another --table)")
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(args.seed)
-    append_demo_batch(table, rng, args.rows, 0)
-    base = settings_of(args)
+    append_demo_batch(table, rng, args.rows, 0, options)
     settings = base.model_copy(
         update={
             "clustering": base.clustering.model_copy(update={"target_rows": args.target_rows}),
             "stream": base.stream.model_copy(
                 update={"checkpoint_location": str(checkpoint), "starting_version": "earliest"}
             ),
-            "tables": [TableSettings(uri=str(table))],
+            "tables": [TableSettings(uri=table)],
         }
     )
     console = Console(stderr=True)
@@ -58,7 +57,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     def writer() -> None:
         while not stop_writer.wait(args.interval):
-            append_demo_batch(table, rng, args.rows, appended[0])
+            append_demo_batch(table, rng, args.rows, appended[0], options)
             appended[0] += 1
 
     thread = threading.Thread(target=writer, name="demo-writer", daemon=True)
@@ -67,7 +66,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with Live(console=console, auto_refresh=False, transient=not console.is_terminal) as live:
 
         def tick() -> None:
-            status = handler.status.get(str(table))
+            status = handler.status.get(table)
             live.update(render_status(status, appended[0], time.monotonic() - started), refresh=True)
 
         try:
@@ -75,8 +74,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         finally:
             stop_writer.set()
             thread.join()
-    result = table_info(str(table), settings=settings)
-    status = handler.status.get(str(table))
+    result = table_info(table, settings=settings)
+    status = handler.status.get(table)
     summary: dict[str, Any] = {
         "appends": appended[0],
         "rows": result.info.table.total_rows,

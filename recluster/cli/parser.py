@@ -236,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("--path", default="recluster-demo", help="folder for the demo table and checkpoint")
+    demo.add_argument(
+        "--table",
+        metavar="URI",
+        help="write the demo table here instead (e.g. s3://bucket/demo; must not exist yet); the checkpoint stays "
+        "in --path",
+    )
     demo.add_argument("--seconds", type=float, default=60, help="how long to run")
     demo.add_argument("--interval", type=float, default=1.0, help="seconds between appends")
     demo.add_argument("--rows", type=int, default=20_000, help="rows per append")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 
 from recluster.core.errors import TableError, first_line
@@ -29,12 +30,20 @@ def demo_batch(rng: np.random.Generator, rows: int, batch: int) -> pa.Table:
     )
 
 
-def append_demo_batch(location: str | Path, rng: np.random.Generator, rows: int, batch: int) -> None:
-    """Append one batch; the first creates the table with its cluster key property."""
-    create = not (Path(location) / "_delta_log").exists()
+def append_demo_batch(
+    location: str | Path,
+    rng: np.random.Generator,
+    rows: int,
+    batch: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
+    """Append one batch (to a local folder or an object-store URI); the first creates the table with its cluster
+    key property."""
+    options = dict(storage_options or {})
     try:
-        write_deltalake(str(location), demo_batch(rng, rows, batch), mode="append")
+        create = not DeltaTable.is_deltatable(str(location), options)
+        write_deltalake(str(location), demo_batch(rng, rows, batch), mode="append", storage_options=options)
     except (DeltaError, OSError) as error:
         raise TableError(f"cannot write the demo table {location}: {first_line(error)}") from None
     if create:
-        set_table_properties(location, {CLUSTER_BY_PROPERTY: DEMO_KEY})
+        set_table_properties(location, {CLUSTER_BY_PROPERTY: DEMO_KEY}, options)
