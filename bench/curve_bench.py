@@ -132,16 +132,21 @@ def after_final(source: Path, scratch: Path, target_rows: int, predicates: Predi
     return layouts
 
 
-def z_order_to_file_count(source: Path, copy: Path, columns: list[str], files: int) -> None:
-    """delta-rs z_order cut to about `files` files: its target is in bytes, so a second try corrects the first's
-    miss (its files compress differently from the input) when that is more than 10%."""
-    size = sum(f.stat().st_size for f in copy.glob("*.parquet")) // files
-    DeltaTable(str(copy)).optimize.z_order(columns, target_size=size)
-    got = len(DeltaTable(str(copy)).file_uris())
-    if abs(got - files) > files // 10:
+def z_order_to_file_count(source: Path, copy: Path, columns: list[str], files: int, tries: int = 5) -> None:
+    """delta-rs z_order cut to about `files` files (within 10%): its target is in bytes and its files compress
+    differently from the input, so the size is searched (bisection on the log of the size) over a few tries."""
+    low, high = 1, 1 << 40
+    size = sum(f.stat().st_size for f in source.glob("*.parquet")) // files
+    for _ in range(tries):
+        DeltaTable(str(copy)).optimize.z_order(columns, target_size=size)
+        got = len(DeltaTable(str(copy)).file_uris())
+        if abs(got - files) <= files // 10:
+            return
+        low, high = (size, high) if got > files else (low, size)
+        size = int((low * high) ** 0.5) if high < 1 << 40 else size * 2
         shutil.rmtree(copy)
         shutil.copytree(source, copy)
-        DeltaTable(str(copy)).optimize.z_order(columns, target_size=size * got // files)
+    DeltaTable(str(copy)).optimize.z_order(columns, target_size=size)
 
 
 def over_appends(scratch: Path, appends: int, rows: int, target_rows: int, seed: int) -> dict[str, Any]:
@@ -246,7 +251,8 @@ def real_final(data: RealData, scratch: Path, appends: int = 20) -> dict[str, An
     predicates = random_predicates(data.table, data.columns, seed=7)
     layouts = after_final(source, scratch, -(-data.table.num_rows // REAL_FILES), predicates)
     shutil.rmtree(source)
-    return {"rows": data.table.num_rows, "columns": list(data.columns), "layouts": layouts}
+    distinct = {c: len(pc.unique(data.table[c])) for c in data.columns}
+    return {"rows": data.table.num_rows, "columns": list(data.columns), "distinct": distinct, "layouts": layouts}
 
 
 def real_rows(name: str, real: dict[str, Any]) -> list[list[Any]]:
@@ -258,10 +264,19 @@ def real_rows(name: str, real: dict[str, Any]) -> list[list[Any]]:
         ratio_row(f"{label}: worst column", max(ours), max(theirs), "<= 1x"),
         ratio_row(f"{label}: mean over columns", float(np.mean(ours)), float(np.mean(theirs)), "<= 1x"),
         *(
-            ratio_row(f"{label}: column {c}", hilbert["scan"][c], z_order["scan"][c], bound_text(hilbert["files"]))
+            ratio_row(f"{label}: column {c}", hilbert["scan"][c], z_order["scan"][c], column_goal(real, c, hilbert))
             for c in real["columns"]
         ),
     ]
+
+
+def column_goal(real: dict[str, Any], column: str, layout: dict[str, Any]) -> str:
+    """1.3 / sqrt(files) for a high-cardinality column; a column with fewer values than files can do no better
+    than one value's share of the files."""
+    values = real["distinct"][column]
+    if values < layout["files"]:
+        return f"low-cardinality ({values} values): >= {1 / values:.3f}"
+    return bound_text(layout["files"])
 
 
 def bound_text(files: int) -> str:

@@ -78,8 +78,7 @@ def _rss_mb() -> float:
 def measure(path: str, what: str) -> dict[str, Any]:
     """In this (fresh) process: peak RSS and Python allocation peak of `what` on the table."""
     from recluster.core.selection import select_merge_tasks
-    from recluster.engine.api import table_info
-    from recluster.engine.rounds import selection_bounds
+    from recluster.engine.api import selection_bounds, table_info
     from recluster.settings import Settings
 
     settings = Settings()

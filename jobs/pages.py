@@ -20,8 +20,8 @@ from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import ProcessRecord
 from recluster.delta.history import HistoryStore
 from recluster.delta.snapshot import TableSnapshot
+from recluster.engine.api import selection_bounds
 from recluster.engine.optimizer import table_status
-from recluster.engine.rounds import selection_bounds
 from recluster.settings import Settings
 
 REFRESH_SECONDS = 10

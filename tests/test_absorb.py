@@ -93,9 +93,14 @@ def test_absorb_decision_matches_the_oracle(steps, beta, target_rows, seed):
     for low, high, rows, merge in steps:
         table.append(append_keys(rng, low, high, rows))
         blocks = list(table.blocks.values())
-        decided = decide_absorb(recover_runs(blocks), beta)
+        runs = recover_runs(blocks)
+        decided, time_like = decide_absorb(runs, beta)
         expected = oracle(blocks, beta)
-        if expected is None:
+        if time_like is not None:  # the watermark decides instead of the ratio rule: the oldest run absorbs all
+            if decided is not None:
+                assert decided.reason is Reason.WATERMARK_ABSORB and decided.target == runs[0]
+                assert {b.path for r in runs[1:] for b in r.files} <= {b.path for b in decided.files}
+        elif expected is None:
             assert decided is None
         else:
             assert decided is not None and decided.reason is Reason.ABSORB_RATIO
@@ -143,8 +148,8 @@ def test_sliced_absorbs_lose_nothing_and_cover_each_file_once(steps, beta, targe
             if absorb is None or next(iter(identity)) != absorb:
                 assert_done(table, absorb, pending)
                 (reason,) = {t.reason for t in plan.tasks}
-                assert reason is Reason.ABSORB_RATIO
-                decided = decide_absorb(recover_runs(table.blocks.values()), beta)
+                assert reason in (Reason.ABSORB_RATIO, Reason.WATERMARK_ABSORB)
+                decided, _ = decide_absorb(recover_runs(table.blocks.values()), beta)
                 assert decided is not None
                 absorb = next(iter(identity))
                 pending = {b.path for b in decided.files}

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from recluster.core.curves import sample_quantile_bounds as range_bounds
 from recluster.core.selection import select_merge_tasks
 from recluster.delta.log_writer import set_table_properties
-from recluster.engine.rounds import selection_bounds, snapshot_loader, write_task
+from recluster.engine.api import selection_bounds
+from recluster.engine.rounds import snapshot_loader, write_task
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
 from recluster.spark.in_process import range_ids
 from tests.helpers import row_multiset

@@ -51,7 +51,7 @@ def running_job(spark, settings: Settings):
 
 def assert_within_thresholds(path: Path, settings: Settings, slack_files: int = 1) -> None:
     """Every level's average depth is within its threshold, allowing the last in-flight append."""
-    from recluster.engine.rounds import selection_bounds
+    from recluster.engine.api import selection_bounds
 
     snapshot = read_snapshot(str(path), settings=settings)
     bounds = selection_bounds(settings, snapshot, None)

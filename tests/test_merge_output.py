@@ -67,7 +67,8 @@ def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spar
     import shutil
 
     from recluster.core.selection import select_merge_tasks
-    from recluster.engine.rounds import selection_bounds, write_task
+    from recluster.engine.api import selection_bounds
+    from recluster.engine.rounds import write_task
     from tests.table_shapes import add_deletion_vector, read_with_delta_rs, rows_digest, set_protocol_features
 
     source = tmp_path / "source"

@@ -172,7 +172,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
 
 
 def _bounds(snapshot):
-    from recluster.engine.rounds import selection_bounds
+    from recluster.engine.api import selection_bounds
 
     return selection_bounds(SETTINGS, snapshot, None)
 

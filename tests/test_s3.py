@@ -34,8 +34,8 @@ from recluster.delta.log import LOG_GAP, read_commits
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.maintenance import clean_orphans, find_orphans, maintain_table
 from recluster.delta.storage import last_checkpoint_version
-from recluster.engine.api import table_info
-from recluster.engine.rounds import recluster_table, selection_bounds, snapshot_loader, write_task
+from recluster.engine.api import selection_bounds, table_info
+from recluster.engine.rounds import recluster_table, snapshot_loader, write_task
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recluster.core.metrics import ClusteringMetrics
+from recluster.core.selection.plan import partition_text
 from recluster.engine.api import TableInfo
 from recluster.engine.rounds import ReclusterResult
 
@@ -52,6 +53,8 @@ def render_info(result: TableInfo, console: Console) -> None:
     if info.column_scan:
         scans = ", ".join(f"{name} {share:.3f}" for name, share in info.column_scan.items())
         console.print(f"files a point predicate reads (share, per key column): {scans}", markup=False)
+    for partition, decision in result.time_like:
+        console.print(f"time-like partition {partition_text(partition)}: {decision}", markup=False)
     histogram = info.table.block_depth_histogram
     if histogram:
         console.print("depth histogram (blocks per depth bucket)")

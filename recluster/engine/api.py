@@ -8,11 +8,15 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from recluster.core.blocks import Partition
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringInfo, clustering_info
+from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import Policy, SelectionBounds, WatermarkDecision
 from recluster.delta.snapshot import TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
 from recluster.delta.storage import normalize_uri
-from recluster.settings import Settings, TableSettings, table_storage_options
+from recluster.engine.publish import time_like_records
+from recluster.settings import Settings, TableSettings, resolve_selection, table_storage_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +25,14 @@ class TableInfo:
 
     snapshot: TableSnapshot
     info: ClusteringInfo
+    time_like: tuple[tuple[Partition, WatermarkDecision], ...] = ()
+    """absorb: the watermark decision of each time-like partition, as the next round would take it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return self.info.to_dict()
+        data = self.info.to_dict()
+        if self.time_like:
+            data["time_like"] = [record.model_dump() for record in time_like_records(self.time_like)]
+        return data
 
 
 def table_settings(settings: Settings, uri: str) -> TableSettings | None:
@@ -67,6 +76,32 @@ def read_snapshot(
     return load_snapshot(table, key, uri=uri, storage_options=options, partition=partition)
 
 
+def selection_bounds(
+    settings: Settings,
+    snapshot: TableSnapshot,
+    files_left: int | None,
+    *,
+    policy: str | None = None,
+    beta: float | None = None,
+) -> SelectionBounds:
+    """Selection inputs for one table: settings, the table's `recluster.policy`, then `policy`/`beta`."""
+    clustering = settings.clustering
+    selection = resolve_selection(settings.selection, snapshot.properties, policy=policy, beta=beta)
+    max_files = clustering.max_merge_files if files_left is None else min(clustering.max_merge_files, files_left)
+    return SelectionBounds(
+        depth_ratio=clustering.depth_ratio,
+        max_depth_threshold=clustering.max_depth_threshold,
+        max_task_bytes=clustering.max_merge_bytes,
+        max_task_files=max(max_files, 1),
+        max_tasks=clustering.max_tasks_per_round,
+        key_fingerprint=snapshot.key.fingerprint,
+        policy=Policy(selection.policy),
+        beta=selection.resolved_beta,
+        target_depth=selection.target_depth,
+        target_rows=clustering.target_rows,
+    )
+
+
 def table_info(
     uri: str,
     *,
@@ -75,4 +110,6 @@ def table_info(
     partition: Mapping[str, str] | None = None,
 ) -> TableInfo:
     snapshot = read_snapshot(uri, settings=settings, cluster_by=cluster_by, partition=partition)
-    return TableInfo(snapshot, clustering_info(snapshot.blocks, snapshot.key))
+    bounds = selection_bounds(settings, snapshot, None)
+    time_like = select_merge_tasks(uri, snapshot.version, snapshot.blocks, bounds).watermarks
+    return TableInfo(snapshot, clustering_info(snapshot.blocks, snapshot.key), time_like)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from recluster.core.blocks import LEVEL_CONSTANT
+from recluster.core.blocks import LEVEL_CONSTANT, Partition
 from recluster.core.errors import TableError
 from recluster.core.metrics import ClusteringState
 from recluster.core.optimizing import (
@@ -33,17 +33,17 @@ from recluster.core.optimizing import (
 )
 from recluster.core.outcomes import CommitOutcome, CommitStatus, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
-from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, level_threshold
+from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, WatermarkDecision, level_threshold
 from recluster.delta.history import compact_small_files, new_process_id
 from recluster.delta.log import PRODUCER, CommitEntry, read_commits
 from recluster.delta.maintenance import maintain_table
 from recluster.delta.snapshot import blocks_from_log_adds, load_snapshot
 from recluster.delta.storage import normalize_uri, require_safe_commits
-from recluster.engine.api import open_checked_table
+from recluster.engine.api import open_checked_table, selection_bounds
 from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable
 from recluster.engine.optimizer import history_of, history_store, recluster_plan, run_process
 from recluster.engine.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
-from recluster.engine.rounds import SnapshotLoader, selection_bounds
+from recluster.engine.rounds import SnapshotLoader
 from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection, table_storage_options
 
 log = logging.getLogger("recluster.job")
@@ -349,12 +349,13 @@ class ReclusterHandler:
         batch = OutcomeTotals()
         pending = tracked.pending if kind is None else False
         beta = bounds.beta if bounds.policy is Policy.ABSORB else None
+        time_like: tuple[tuple[Partition, WatermarkDecision], ...] = ()
         if kind is not None and config is not None and not self.stopping.is_set():
             plan = None
             if kind is ProcessType.RECLUSTER:
                 planned = recluster or select_merge_tasks(tracked.uri, tracked.version, snapshot.blocks, bounds)
                 plan, pending = self._budgeted(planned)
-                beta = plan.beta
+                beta, time_like = plan.beta, plan.watermarks
             loader = SnapshotLoader(tracked.uri, tracked.key, tracked.partition_columns, tracked.storage_options)
             _, outcomes, batch = run_process(
                 kind,
@@ -410,6 +411,7 @@ class ReclusterHandler:
                 sum(b.has_deletion_vector for b in tracked.state.blocks),
                 sum(b.deleted_rows for b in tracked.state.blocks),
             ),
+            time_like=time_like,
         )
 
     def _publish(self, status: TableStatus) -> None:

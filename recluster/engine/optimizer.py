@@ -37,8 +37,9 @@ from recluster.core.selection.plan import ReclusterPlan
 from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import require_safe_commits
+from recluster.engine.api import selection_bounds
 from recluster.engine.ranges import prepare_range_bounds
-from recluster.engine.rounds import SnapshotLoader, execute_plan, needs_spark, recluster_table, selection_bounds
+from recluster.engine.rounds import SnapshotLoader, execute_plan, needs_spark, recluster_table
 from recluster.settings import Settings, history_location
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recluster.core.blocks import Partition
 from recluster.core.metrics import ClusteringInfo, ClusteringMetrics
 from recluster.core.outcomes import OutcomeTotals
-from recluster.core.selection.plan import Policy
+from recluster.core.selection.plan import Policy, WatermarkDecision, partition_text
 from recluster.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,22 @@ class BatchActions(OutcomeTotals):
     """What the job did to the table in this micro-batch: the commit totals and how long it took."""
 
     duration_seconds: float = 0.0
+
+
+class TimeLikeRecord(_Record):
+    """absorb on a time-like partition (issue 20): what the watermark and the rent-or-buy trigger saw."""
+
+    partition: str = Field(description="the partition (k=v,...; - for an unpartitioned table)")
+    lag: str = Field(description="the largest lateness the waiting appends show, in the key's units")
+    watermark: str = Field(description="largest key - lag: rows below it are written into closed files")
+    accumulator: float = Field(description="extra depth paid since the last absorb (sum of average depth - 1)")
+    threshold: float = Field(description="the accumulator absorbs the head at this value (rent or buy)")
+    reason: str = Field(description="watermark_absorb (absorbing now) or watermark_rent (the appends wait)")
+    cut: bool = Field(description="whether outputs are cut at the watermark (it closes at least half a file)")
+
+
+def time_like_records(decisions: Iterable[tuple[Partition, WatermarkDecision]]) -> list[TimeLikeRecord]:
+    return [TimeLikeRecord(partition=partition_text(p), **d.to_dict()) for p, d in decisions]
 
 
 class MetricsRecord(_Record):
@@ -73,6 +90,9 @@ class MetricsRecord(_Record):
         default_factory=dict,
         description="per key column, the average fraction of files a point predicate on it reads after stats pruning",
     )
+    time_like: list[TimeLikeRecord] = Field(
+        default_factory=list, description="absorb: the watermark decision of each time-like partition planned"
+    )
 
 
 def metrics_record(
@@ -89,6 +109,7 @@ def metrics_record(
     errors: Iterable[str] = (),
     skipped_events: int = 0,
     deletions: tuple[int, int] = (0, 0),
+    time_like: Iterable[tuple[Partition, WatermarkDecision]] = (),
 ) -> MetricsRecord:
     """`deletions`: (live files with a deletion vector, rows those vectors hide)."""
     return MetricsRecord(
@@ -110,6 +131,7 @@ def metrics_record(
         deleted_rows=deletions[1],
         skipped_events=skipped_events,
         column_scan=dict(info.column_scan),
+        time_like=time_like_records(time_like),
     )
 
 

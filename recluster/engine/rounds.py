@@ -20,13 +20,13 @@ from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
-from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, SelectionBounds
+from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan
 from recluster.delta.commit import commit_task
 from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
 from recluster.delta.storage import require_safe_commits, require_writable
-from recluster.engine.api import open_checked_table
+from recluster.engine.api import open_checked_table, selection_bounds
 from recluster.engine.ranges import prepare_range_bounds
-from recluster.settings import Settings, resolve_selection
+from recluster.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -72,31 +72,6 @@ class ReclusterResult:
             "after": self.after.to_dict(),
             "plans": [str(plan) for plan in self.plans],
         }
-
-
-def selection_bounds(
-    settings: Settings,
-    snapshot: TableSnapshot,
-    files_left: int | None,
-    *,
-    policy: str | None = None,
-    beta: float | None = None,
-) -> SelectionBounds:
-    """Selection inputs for one table: settings, the table's `recluster.policy`, then `policy`/`beta`."""
-    clustering = settings.clustering
-    selection = resolve_selection(settings.selection, snapshot.properties, policy=policy, beta=beta)
-    max_files = clustering.max_merge_files if files_left is None else min(clustering.max_merge_files, files_left)
-    return SelectionBounds(
-        depth_ratio=clustering.depth_ratio,
-        max_depth_threshold=clustering.max_depth_threshold,
-        max_task_bytes=clustering.max_merge_bytes,
-        max_task_files=max(max_files, 1),
-        max_tasks=clustering.max_tasks_per_round,
-        key_fingerprint=snapshot.key.fingerprint,
-        policy=Policy(selection.policy),
-        beta=selection.resolved_beta,
-        target_depth=selection.target_depth,
-    )
 
 
 def final_pool_depth(blocks: Sequence[Block]) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from recluster.core.blocks import LEVEL_CONSTANT, Block
+from recluster.core.blocks import LEVEL_CONSTANT, Block, Partition
 from recluster.core.selection.absorb import absorb_tasks, effective_beta
 from recluster.core.selection.levels import levels_tasks
 from recluster.core.selection.plan import (
@@ -18,6 +18,7 @@ from recluster.core.selection.plan import (
     ReclusterPlan,
     SelectionBounds,
     Skipped,
+    WatermarkDecision,
     chunk_blocks,
     output_level,
     partitions_of,
@@ -38,6 +39,7 @@ def select_merge_tasks(
     absorb = bounds.policy is Policy.ABSORB and not final
     oversized = 0
     betas: list[float] = []
+    watermarks: list[tuple[Partition, WatermarkDecision]] = []
     for partition, members in sorted(partitions_of(live).items(), key=lambda item: str(item[0])):
         unclustered = [b for b in members if not b.clustered]
         oversized += sum(b.bytes > bounds.max_task_bytes for b in unclustered)
@@ -51,7 +53,10 @@ def select_merge_tasks(
         if absorb:
             beta = effective_beta(clustered, bounds)
             betas.append(beta)
-            found, over = absorb_tasks(partition, clustered, bounds, beta, budget), 0
+            found, decision = absorb_tasks(partition, clustered, bounds, beta, budget)
+            over = 0
+            if decision is not None:
+                watermarks.append((partition, decision))
         else:
             found, over = levels_tasks(partition, clustered, bounds, final, budget)
         tasks.extend(found)
@@ -68,4 +73,5 @@ def select_merge_tasks(
         tuple(skipped),
         policy=Policy.ABSORB if absorb else Policy.LEVELS,
         beta=min(betas) if betas else (bounds.beta if absorb else None),
+        watermarks=tuple(watermarks),
     )

@@ -16,7 +16,8 @@ import numpy.typing as npt
 
 from recluster.core.blocks import Block, Partition, age_run_id, parse_data_file_name
 from recluster.core.metrics import IntArray, depth_profile, rank_keys
-from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, output_level
+from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, WatermarkDecision, output_level
+from recluster.core.selection.watermark import decide_watermark
 
 BETA_SCALE_LIMIT = 8.0
 """The depth-target controller scales beta by at most this factor either way."""
@@ -125,13 +126,18 @@ class Absorb:
     files: tuple[Block, ...]
     horizon_ms: int
     reason: Reason
+    split_values: tuple[Any, ...] = ()
+    """Values the outputs are cut at besides the absorbing run's untouched files (the watermark)."""
 
 
-def decide_absorb(runs: Sequence[Run], beta: float) -> Absorb | None:
-    """An absorb in progress (resumed first, oldest first), else the ratio rule walking from the oldest run."""
+def decide_absorb(
+    runs: Sequence[Run], beta: float, target_rows: int | None = None
+) -> tuple[Absorb | None, WatermarkDecision | None]:
+    """An absorb in progress (resumed first, oldest first); else, on a time-like table, the watermark and
+    rent-or-buy decision for the oldest run (see `watermark`); else the ratio rule walking from the oldest run."""
     blocks = [b for run in runs for b in run.files]
     if len(blocks) < 2:
-        return None
+        return None, None
     ranks, _ = rank_keys([b.min_key or b"" for b in blocks] + [b.max_key or b"" for b in blocks])
     lo, hi = ranks[: len(blocks)], ranks[len(blocks) :]
     run_of = np.repeat(np.arange(len(runs)), [len(r.files) for r in runs])
@@ -146,7 +152,18 @@ def decide_absorb(runs: Sequence[Run], beta: float) -> Absorb | None:
         touched = own & overlapping(lo, hi, lo[newer], hi[newer])
         chosen = {b.path: b for b in (blocks[i] for i in np.flatnonzero(touched | newer))}
         chosen.update((b.path, b) for b in self_overlap)
-        return Absorb(run, tuple(chosen.values()), run.horizon_ms, Reason.ABSORB_RESUME)
+        return Absorb(run, tuple(chosen.values()), run.horizon_ms, Reason.ABSORB_RESUME), None
+    if len(runs) > 1:
+        newer = run_of > 0
+        touched = (run_of == 0) & overlapping(lo, hi, lo[newer], hi[newer])
+        overlapped = [blocks[i] for i in np.flatnonzero(touched)]
+        decision = decide_watermark(runs[0].files, [r.files for r in runs[1:]], overlapped, target_rows)
+        if decision is not None:
+            if decision.reason is not Reason.WATERMARK_ABSORB:
+                return None, decision
+            head = tuple(blocks[i] for i in np.flatnonzero(touched | newer))
+            split = (decision.watermark,) if decision.cut else ()
+            return Absorb(runs[0], head, runs[-1].age_ms, decision.reason, split), decision
     for index, run in enumerate(runs[:-1]):
         own = run_of == index
         newer = run_of > index
@@ -156,9 +173,9 @@ def decide_absorb(runs: Sequence[Run], beta: float) -> Absorb | None:
             continue
         members = np.flatnonzero(touched | newer)
         if not any_pair_overlaps(lo[members], hi[members]):
-            return None  # nothing newer overlaps anything: no merge would lower the depth
-        return Absorb(run, tuple(blocks[i] for i in members), runs[-1].age_ms, Reason.ABSORB_RATIO)
-    return None
+            return None, None  # nothing newer overlaps anything: no merge would lower the depth
+        return Absorb(run, tuple(blocks[i] for i in members), runs[-1].age_ms, Reason.ABSORB_RATIO), None
+    return None, None
 
 
 def any_pair_overlaps(lo: IntArray, hi: IntArray) -> bool:
@@ -198,12 +215,13 @@ def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) 
 
 def absorb_tasks(
     partition: Partition, clustered: Sequence[Block], bounds: SelectionBounds, beta: float, budget: int
-) -> list[MergeTask]:
-    """The `absorb` policy in one partition: the slices of at most one absorb for this round."""
+) -> tuple[list[MergeTask], WatermarkDecision | None]:
+    """The `absorb` policy in one partition: the slices of at most one absorb for this round, and the time-like
+    decision when the partition is time-like."""
     runs = recover_runs(clustered)
-    absorb = decide_absorb(runs, beta)
+    absorb, decision = decide_absorb(runs, beta, bounds.target_rows)
     if absorb is None:
-        return []
+        return [], decision
     slices = absorb_slices(absorb.files, bounds, budget)
     own = {b.path for b in absorb.target.files}
     tasks = []
@@ -221,6 +239,7 @@ def absorb_tasks(
                 for value in b.cut_range
                 if value is not None
             }
+            | set(absorb.split_values)
         )
         level = max(b.level for b in files)
         depth = int(depth_profile([b.min_key for b in files], [b.max_key for b in files]).block_depth.max())  # type: ignore[misc]
@@ -237,4 +256,4 @@ def absorb_tasks(
                 split_values=tuple(splits),
             )
         )
-    return tasks
+    return tasks, decision

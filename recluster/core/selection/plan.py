@@ -31,6 +31,10 @@ class Reason(StrEnum):
     """absorb: the next slice of an absorb in progress (runs it takes in remain, or its run overlaps itself)."""
     ABSORB_BELOW_RATIO = "absorb_below_ratio"
     """absorb: no run reaches the ratio; nothing to do."""
+    WATERMARK_ABSORB = "watermark_absorb"
+    """absorb on a time-like table: the extra depth paid reached its share of the head's rewrite (rent or buy)."""
+    WATERMARK_RENT = "watermark_rent"
+    """absorb on a time-like table: the depth paid so far is below that share; the appends wait."""
     MINOR = "minor_optimizing"
     MAJOR = "major_optimizing"
     FULL = "full_optimizing"
@@ -51,6 +55,8 @@ class SelectionBounds:
     """absorb: a run absorbs the newer runs once they hold beta times the rows of its files they overlap."""
     target_depth: float | None = None
     """absorb: when set, beta is scaled by target_depth / average_depth (lower while the table is deeper)."""
+    target_rows: int | None = None
+    """Rows per output file: the watermark cut waits until it closes at least half a file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +101,7 @@ class MergeTask:
         return low.min_values, high.max_values
 
     def __str__(self) -> str:
-        part = ",".join(f"{k}={v}" for k, v in self.partition) or "-"
+        part = partition_text(self.partition)
         low, high = self.key_range
         run = "" if self.output_run is None else f" run={self.output_run}"
         return (
@@ -112,6 +118,36 @@ class Skipped:
 
 
 @dataclass(frozen=True, slots=True)
+class WatermarkDecision:
+    """What the time-like absorb saw and decided for one partition (printed in plans, `info` and metrics)."""
+
+    lag: Any
+    watermark: Any
+    accumulator: float
+    threshold: float
+    reason: Reason
+    cut: bool
+    """Whether the outputs are cut at the watermark (false while it would close less than half a file)."""
+
+    def __str__(self) -> str:
+        cut = "cut" if self.cut else "no cut"
+        return (
+            f"watermark={self.watermark} lag={self.lag} accumulator={self.accumulator:.3g}/{self.threshold:.3g} "
+            f"({cut}) reason={self.reason}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lag": str(self.lag),
+            "watermark": str(self.watermark),
+            "accumulator": self.accumulator,
+            "threshold": self.threshold,
+            "reason": str(self.reason),
+            "cut": self.cut,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ReclusterPlan:
     """One round's plan for one table, anchored to the version it was read at."""
 
@@ -123,6 +159,8 @@ class ReclusterPlan:
     policy: Policy = Policy.LEVELS
     beta: float | None = None
     """absorb: the beta this plan used (after the depth-target controller); None for levels."""
+    watermarks: tuple[tuple[Partition, WatermarkDecision], ...] = ()
+    """absorb: the time-like decision of each time-like partition (see `selection.watermark`)."""
 
     @property
     def empty(self) -> bool:
@@ -136,7 +174,12 @@ class ReclusterPlan:
         ]
         lines += [f"  {task}" for task in self.tasks]
         lines += [f"  skip reason={s.reason} files={s.files} {s.detail}".rstrip() for s in self.skipped]
+        lines += [f"  time-like partition={partition_text(p)} {w}" for p, w in self.watermarks]
         return "\n".join(lines)
+
+
+def partition_text(partition: Partition) -> str:
+    return ",".join(f"{k}={v}" for k, v in partition) or "-"
 
 
 def level_threshold(blocks_in_level: int, bounds: SelectionBounds) -> float:

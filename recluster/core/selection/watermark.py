@@ -1,0 +1,162 @@
+"""`absorb` on time-like keys (issue 20): a lateness watermark and a rent-or-buy trigger. Pure.
+
+Most clustered tables are keyed by event time: appends arrive mostly in order with some late rows. Whole-file
+absorbs rewrite the main run's files that straddle the recent key range again and again. Two levers:
+
+- **Watermark.** The table's lag is the largest lateness the waiting appends show (the largest key of everything
+  older than an append minus that append's smallest key); the watermark is the largest key minus the lag. An absorb
+  cuts its outputs at the watermark, so rows below it land in files that end there: later appends (late by at most
+  the lag) do not overlap them, and they are not written again. Only the open head above it is.
+- **Rent or buy.** Instead of the ratio rule, each waiting append adds (average depth after it - 1) to an
+  accumulator, recomputed from the snapshot alone (the depth after each waiting append, in commit order); the head
+  (the waiting appends and the main run's files they overlap) is absorbed once the accumulator reaches
+  RENT_SHARE x rows(head) / rows per append: depth is paid for until it has cost a share of the rewrite.
+
+A table is time-like when the first key column's values subtract (numbers, dates, timestamps) and the lag is
+under TIME_LIKE_LAG_SHARE of the table's key span; random keys and late rows from anywhere in the past keep the
+ratio rule. Every input is in the snapshot (file stats and ages), so a restart decides exactly the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+
+from recluster.core.blocks import Block
+from recluster.core.metrics import depth_profile
+from recluster.core.selection.plan import Reason, WatermarkDecision
+
+RENT_SHARE = 0.15
+"""theta: absorb the head once the extra depth paid since the last absorb reaches this share of its rewrite
+(measured in the model of tests/absorb_model.py: 0.1 holds 400 appends at depth 1.15 but rewrites 2.7x over 40;
+0.15 with HEAD_FLOOR_FILES is the best compromise of the issue's two goals; README, Performance)."""
+
+HEAD_FLOOR_FILES = 2.0
+"""The rewrite is priced at no less than this many target files: a tiny table is not rewritten at every append."""
+
+TIME_LIKE_LAG_SHARE = 0.75
+"""A table whose lag spans at least this share of its key range is not time-like (random keys, unbounded
+lateness): the watermark would leave nothing closed."""
+
+MIN_ADVANCE = 0.05
+"""A time-like table's appends move its largest key forward: on average by at least this share of their own key
+range (random keys barely move it)."""
+
+MIN_CLOSED_SHARE = 0.5
+"""The watermark cut is made only when the rows it closes fill at least this share of a target file: the outputs
+stay at least half the target size."""
+
+
+def first_value(block: Block, high: bool) -> Any:
+    values = block.max_values if high else block.min_values
+    return values[0] if values else None
+
+
+def position(value: Any) -> float | None:
+    """A first-key value as a number on its axis (None: not subtractable, e.g. strings and booleans)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float | Decimal):
+        number = float(value)
+        return None if number != number else number
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, date):
+        return float(value.toordinal())
+    return None
+
+
+def learned_lag(older: Sequence[Block], appends: Sequence[Sequence[Block]]) -> tuple[float, float] | None:
+    """(lag, advance) the waiting appends show on the first key's axis: the largest lateness (largest key of
+    everything older minus the append's smallest key), and the mean share of its own range by which an append moved
+    the largest key forward. None when a value is not a number."""
+    top = max_position(older)
+    lag, advances = 0.0, []
+    for files in appends:
+        low, high = min_position(files, high=False), max_position(files)
+        if top is None or low is None or high is None:
+            return None
+        lag = max(lag, top - low)
+        advances.append(max(high - top, 0.0) / (high - low) if high > low else 0.0)
+        top = max(top, high)
+    return lag, float(np.mean(advances))
+
+
+def min_position(blocks: Sequence[Block], high: bool) -> float | None:
+    found = [position(first_value(b, high)) for b in blocks]
+    return None if not found or any(p is None for p in found) else min(p for p in found if p is not None)
+
+
+def max_position(blocks: Sequence[Block]) -> float | None:
+    found = [position(first_value(b, True)) for b in blocks]
+    return None if not found or any(p is None for p in found) else max(p for p in found if p is not None)
+
+
+def value_at(position_value: float, like: Any) -> Any:
+    """A number on the first key's axis back as a value of the column's type (rounded down)."""
+    if isinstance(like, datetime):
+        return datetime.fromtimestamp(position_value, tz=like.tzinfo)
+    if isinstance(like, date):
+        return date.fromordinal(int(position_value))
+    if isinstance(like, int):
+        return int(np.floor(position_value))
+    if isinstance(like, Decimal):
+        return Decimal(str(position_value))
+    return position_value
+
+
+def average_depth(blocks: Sequence[Block]) -> float:
+    """The table's average depth (mean block depth, as `info` reports it) over these files."""
+    profile = depth_profile([b.min_key for b in blocks], [b.max_key for b in blocks])  # type: ignore[misc]
+    return float(profile.block_depth.mean()) if len(profile.block_depth) else 1.0
+
+
+def rows_below(blocks: Sequence[Block], cut: float) -> float:
+    """Rows under `cut`, each file's rows spread evenly over its first-key range (an estimate from the stats)."""
+    total = 0.0
+    for block in blocks:
+        low, high = position(first_value(block, False)), position(first_value(block, True))
+        if low is None or high is None:
+            continue
+        if high <= low:
+            total += block.rows if low < cut else 0
+        else:
+            total += block.rows * min(max((cut - low) / (high - low), 0.0), 1.0)
+    return total
+
+
+def decide_watermark(
+    main: Sequence[Block], appends: Sequence[Sequence[Block]], overlapped: Sequence[Block], target_rows: int | None
+) -> WatermarkDecision | None:
+    """The time-like decision for a main run and the appends waiting after it (oldest first), or None when the
+    table is not time-like. `overlapped`: the main run's files the appends overlap (rewritten with them)."""
+    waiting = [b for files in appends for b in files]
+    if not main or not waiting:
+        return None
+    learned = learned_lag(main, appends)
+    everything = [*main, *waiting]
+    low, high = min_position(everything, high=False), max_position(everything)
+    if learned is None or low is None or high is None or high <= low:
+        return None
+    lag, advance = learned
+    if advance < MIN_ADVANCE or lag >= TIME_LIKE_LAG_SHARE * (high - low):
+        return None
+    like = first_value(max(everything, key=lambda b: position(first_value(b, True)) or 0.0), True)
+    watermark = high - lag
+    accumulator = sum(average_depth([*main, *waiting_upto(appends, j)]) - 1 for j in range(1, len(appends) + 1))
+    per_append = sum(b.rows for b in waiting) / len(appends)
+    head_rows = sum(b.rows for b in waiting) + sum(b.rows for b in overlapped)
+    threshold = RENT_SHARE * max(head_rows, HEAD_FLOOR_FILES * (target_rows or 0)) / max(per_append, 1.0)
+    closing = rows_below([*waiting, *overlapped], watermark)
+    cut = target_rows is not None and closing >= MIN_CLOSED_SHARE * target_rows
+    reason = Reason.WATERMARK_ABSORB if accumulator >= threshold else Reason.WATERMARK_RENT
+    lag_value = value_at(high, like) - value_at(watermark, like) if not isinstance(like, float) else lag
+    return WatermarkDecision(lag_value, value_at(watermark, like), accumulator, threshold, reason, cut)
+
+
+def waiting_upto(appends: Sequence[Sequence[Block]], count: int) -> list[Block]:
+    return [b for files in appends[:count] for b in files]
