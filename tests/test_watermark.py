@@ -1,0 +1,216 @@
+"""absorb on time-like keys (issue 20): the lateness watermark and the rent-or-buy trigger, in the model (the real
+selection over modelled files, against brute-force checks) and on real Delta tables (rows unchanged, decisions
+read back from the log alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recluster.core.selection.absorb import decide_absorb, recover_runs
+from recluster.core.selection.plan import Reason
+from recluster.delta.log_writer import set_table_properties
+from recluster.engine.rounds import recluster_table, snapshot_loader
+from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings
+from tests.absorb_model import ModelTable, absorb_bounds
+from tests.helpers import cli_environment, main_json, row_multiset
+
+WIDTH = 1_000_000
+"""Key width of one append's own time range in the model."""
+
+
+def late_batch(rng: np.random.Generator, index: int, rows: int, share: float, lateness: int | None) -> np.ndarray:
+    """Rows of append `index`: its own range, `share` of them late by up to `lateness` appends (None: any)."""
+    keys = rng.integers(index * WIDTH, (index + 1) * WIDTH, rows)
+    late = rng.random(rows) < share
+    if index and late.any():
+        low = 0 if lateness is None else max(0, (index - lateness) * WIDTH)
+        keys[late] = rng.integers(low, index * WIDTH, int(late.sum()))
+    return keys
+
+
+def overlapping_pairs(blocks: list) -> list:
+    return [
+        (a.path, b.path)
+        for a, b in itertools.combinations(blocks, 2)
+        if a.min_key <= b.max_key and b.min_key <= a.max_key
+    ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    appends=st.integers(4, 30),
+    rows=st.integers(20, 120),
+    share=st.sampled_from([0.0, 0.05, 0.2]),
+    lateness=st.sampled_from([1, 3, 6, None]),
+    per_file=st.integers(2, 6),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_watermark_absorbs_lose_nothing_and_keep_the_main_run_sorted_and_cut(
+    appends: int, rows: int, share: float, lateness: int | None, per_file: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    table = ModelTable(rows * per_file)
+    bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=rows * per_file)
+    everything = []
+    for index in range(appends):
+        everything.append(late_batch(rng, index, rows, share, lateness))
+        table.append(everything[-1])
+        plan = table.plan(bounds)
+        for task in plan.tasks:
+            written = table.merge(task)
+            cuts = [c for _, d in plan.watermarks if d.cut for c in (d.watermark,)]
+            for path, cut in itertools.product(written, cuts):  # no output straddles the watermark
+                keys = table.keys[path]
+                assert keys.max() < cut or keys.min() >= cut, (path, cut)
+        assert np.array_equal(table.all_keys(), np.sort(np.concatenate(everything))), "rows lost or duplicated"
+        main = recover_runs(table.blocks.values())[0]
+        if main.horizon_ms is not None:
+            assert not overlapping_pairs(list(main.files)), "the main run overlaps itself"
+
+
+def test_closed_files_stay_closed_while_appends_are_no_later_than_the_lag() -> None:
+    """5% of rows late by up to 4 appends: files an absorb wrote below its watermark are, nearly all, left alone
+    by the absorbs that follow; the lag learned is about 4 appends of key width; rows are rewritten well under 2.5
+    times (the ratio rule: about 3.6)."""
+    rng = np.random.default_rng(11)
+    table = ModelTable(10_000)
+    bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=10_000)
+    closed: set[str] = set()
+    for index in range(60):
+        table.append(late_batch(rng, index, 2_000, 0.05, 4))
+        plan = table.plan(bounds)
+        cuts = [d.watermark for _, d in plan.watermarks if d.cut]
+        for task in plan.tasks:
+            written = table.merge(task)
+            closed.update(p for p in written for cut in cuts if table.keys[p].max() < cut)
+    _, decision = decide_absorb(recover_runs(table.blocks.values()), 0.35, table.target_rows)
+    assert decision is not None and 2 * WIDTH < decision.lag <= 4 * WIDTH
+    assert len(closed) >= 8
+    assert len(closed & set(table.blocks)) >= 0.8 * len(closed), "closed files were rewritten"
+    assert table.rewritten / table.appended < 2.5
+
+
+def test_random_keys_and_unbounded_lateness_keep_the_ratio_rule() -> None:
+    for kind in ("random", "unbounded"):
+        rng = np.random.default_rng(3)
+        table = ModelTable(10_000)
+        bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=10_000)
+        for index in range(30):
+            keys = rng.integers(0, 1 << 40, 2_000) if kind == "random" else late_batch(rng, index, 2_000, 0.05, None)
+            table.append(keys)
+            plan = table.round(bounds)
+            if index >= 10:  # once the table is ten appends wide, late rows from anywhere make it not time-like
+                assert not plan.watermarks, (kind, index, plan)
+                assert all(t.reason is not Reason.WATERMARK_ABSORB for t in plan.tasks)
+
+
+# ---- real tables -------------------------------------------------------------------------------------------------
+
+HOUR = dt.timedelta(hours=1)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+WATERMARK_SETTINGS = Settings(
+    clustering=ClusteringSettings(target_rows=1_500), selection=SelectionSettings(policy="absorb")
+)
+
+
+def event_batch(rng: np.random.Generator, index: int, rows: int, lateness: int = 3) -> pa.Table:
+    """Events of hour `index`, 5% of them late by up to `lateness` hours, plus a payload."""
+    seconds = late_batch(rng, index, rows, 0.05, lateness) * 3_600 // WIDTH
+    stamps = [START + dt.timedelta(seconds=int(s)) for s in seconds]
+    day = [s.date().isoformat() for s in stamps]
+    return pa.table({"ts": pa.array(stamps, pa.timestamp("us", tz="UTC")), "day": day, "n": rng.random(rows)})
+
+
+def no_spark() -> object:
+    raise AssertionError("these rounds run in the process")
+
+
+def test_a_long_late_heavy_sequence_on_a_real_table_keeps_every_row_and_decides_from_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "events"
+    rng = np.random.default_rng(20)
+    appended = []
+    cuts = 0
+    for index in range(30):
+        appended.append(event_batch(rng, index, 500))
+        write_deltalake(str(path), appended[-1], mode="append")
+        if index == 0:
+            set_table_properties(path, {CLUSTER_BY_PROPERTY: "ts"})
+        if index == 20:  # a restart here: a fresh process plans from the log alone and decides the same
+            planned = recluster_table(
+                str(path),
+                snapshot_loader(str(path), WATERMARK_SETTINGS, None),
+                settings=WATERMARK_SETTINGS,
+                spark_factory=no_spark,
+                dry_run=True,
+            )
+            config = tmp_path / "config.yaml"
+            config.write_text("clustering: {target_rows: 1500}\nselection: {policy: absorb}\n")
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "recluster.cli",
+                    "run",
+                    str(path),
+                    "--dry-run",
+                    "--config",
+                    str(config),
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=cli_environment({"XDG_STATE_HOME": str(tmp_path / "state")}),
+            )
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["plans"] == [str(p) for p in planned.plans]
+            assert "time-like partition=- watermark=" in str(planned.plans[0])
+            info = main_json(capsys, "info", str(path), "--config", str(config))
+            (time_like,) = info["time_like"]
+            assert time_like["reason"] in ("watermark_absorb", "watermark_rent") and time_like["lag"]
+        result = recluster_table(
+            str(path),
+            snapshot_loader(str(path), WATERMARK_SETTINGS, None),
+            settings=WATERMARK_SETTINGS,
+            spark_factory=no_spark,
+        )
+        cuts += sum(any(d.cut for _, d in plan.watermarks) and bool(plan.tasks) for plan in result.plans)
+    assert cuts >= 2, "no absorb was cut at the watermark"
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
+
+
+def test_daily_partitions_with_late_rows_into_past_days_keep_every_row(tmp_path: Path) -> None:
+    """Partitioned by day: the newest day is time-like on its own; late rows land in past days' partitions."""
+    path = tmp_path / "daily"
+    rng = np.random.default_rng(21)
+    appended = []
+    decided = set()
+    for index in range(36):
+        appended.append(event_batch(rng, index, 300, lateness=8))
+        write_deltalake(str(path), appended[-1], mode="append", partition_by=["day"])
+        if index == 0:
+            set_table_properties(path, {CLUSTER_BY_PROPERTY: "ts"})
+        result = recluster_table(
+            str(path),
+            snapshot_loader(str(path), WATERMARK_SETTINGS, None),
+            settings=WATERMARK_SETTINGS,
+            spark_factory=no_spark,
+        )
+        decided.update(dict(p)["day"] for plan in result.plans for p, _ in plan.watermarks)
+    assert decided, "no partition was time-like"
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
