@@ -258,7 +258,7 @@ def run_workload(
     queries = Queries.build(
         first_key_numbers(everything.column(workload.key[0])), params.queries, params.query_fraction, seed + 1
     )
-    jvm_pid = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    jvm_pid = getattr(getattr(getattr(spark, "sparkContext", None), "_gateway", None), "proc", None)
     jvm_pid = getattr(jvm_pid, "pid", None)
     results: dict[str, Any] = {}
     for strategy in strategies:

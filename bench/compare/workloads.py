@@ -49,14 +49,26 @@ HOUR = 3_600_000_000
 LATE_SHARE = 0.05
 
 
-def time_batch(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
-    """95% of the rows in this batch's hour, 5% late rows uniformly from [T0, start of this hour)."""
+def late_rows_batch(rng: np.random.Generator, index: int, rows: int, lateness_hours: int | None) -> pa.Table:
+    """95% of the rows in this batch's hour, 5% late rows uniformly from the `lateness_hours` hours before it
+    (None: from T0, late by any amount)."""
     start = T0 + index * HOUR
     ts = rng.integers(start, start + HOUR, size=rows, dtype=np.int64)
     late = rng.random(rows) < LATE_SHARE
     if index > 0:
-        ts[late] = rng.integers(T0, start, size=int(late.sum()), dtype=np.int64)
+        earliest = T0 if lateness_hours is None else max(T0, start - lateness_hours * HOUR)
+        ts[late] = rng.integers(earliest, start, size=int(late.sum()), dtype=np.int64)
     return pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC")), **payload(rng, rows)})
+
+
+def time_batch(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
+    """Late rows from anywhere in the past (workload b)."""
+    return late_rows_batch(rng, index, rows, None)
+
+
+def bounded_time_batch(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
+    """Late rows from at most 4 hours (appends) back (issue 20)."""
+    return late_rows_batch(rng, index, rows, 4)
 
 
 def two_column_batch(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
