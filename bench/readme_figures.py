@@ -195,6 +195,38 @@ def cluster(results: Results) -> str:
     )
 
 
+WATERMARK_STRATEGIES = {
+    "absorb": "recluster (default settings)",
+    "z_order": "z_order every 5",
+    "compact": "compact every 5",
+}
+WATERMARK_CASES = {
+    "late_4": "5% late by <= 4 appends",
+    "late_any": "5% late by any amount",
+    "random": "random int64 keys",
+}
+
+
+def watermark(results: Results) -> str:
+    file, w = results.get("watermark")
+    rows = []
+    for case in w["cases"].values():
+        for name, label in WATERMARK_STRATEGIES.items():
+            r = case["strategies"][name]
+            figures = (r["time_averaged_average_depth"], r["row_write_amplification"], r["scan"]["ratio_to_optimum"])
+            workload = f"{WATERMARK_CASES[case['workload']]}, {case['appends']} appends"
+            rows.append([workload, label, *map(num, figures), f"{r['final_files']:,}", num(r["file_fill"])])
+    headers = ("workload", "strategy", "depth (time-avg)", "row WA", "1% range scan / optimum", "files", "fill")
+    return (
+        f"**Time-like keys** (`python -m bench.watermark_bench`, {source(file)}; identical appends for every "
+        "strategy, 40 x 10,000 rows (files of 50,000) and 400 x 2,000 (files of 10,000); depth averaged over every "
+        "append; fill = rows / files / target rows; goals and ratios in the summary below):\n\n"
+        + table(headers, rows, "llrrrrr")
+        + "\n\n"
+        + summary_table(w["summary"])
+    )
+
+
 def pages(results: Results) -> str:
     file, c = results.get("pages")
     return (
@@ -403,6 +435,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "fixed-cost": fixed_cost,
     "curve": curve,
     "cluster": cluster,
+    "watermark": watermark,
     "pages": pages,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,

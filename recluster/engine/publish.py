@@ -80,7 +80,7 @@ class MetricsRecord(_Record):
     reasons: list[str] = Field(
         default_factory=list,
         description="reason codes of the tasks run (levels: depth_above_threshold, unclustered; absorb: "
-        "absorb_ratio, absorb_resume, unclustered)",
+        "absorb_ratio, absorb_resume, watermark_absorb, unclustered)",
     )
     errors: list[str] = Field(default_factory=list)
     deletion_vector_files: int = Field(0, description="live files with a deletion vector")

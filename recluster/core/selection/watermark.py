@@ -12,9 +12,10 @@ absorbs rewrite the main run's files that straddle the recent key range again an
   (the waiting appends and the main run's files they overlap) is absorbed once the accumulator reaches
   RENT_SHARE x rows(head) / rows per append: depth is paid for until it has cost a share of the rewrite.
 
-A table is time-like when the first key column's values subtract (numbers, dates, timestamps) and the lag is
-under TIME_LIKE_LAG_SHARE of the table's key span; random keys and late rows from anywhere in the past keep the
-ratio rule. Every input is in the snapshot (file stats and ages), so a restart decides exactly the same.
+A table is time-like when its key is linear (not on a curve), the first key column's values subtract (numbers,
+dates, timestamps), its appends move the largest key forward (MIN_ADVANCE) and the lag is under
+TIME_LIKE_LAG_SHARE of the table's key span; random keys and late rows from anywhere in the past keep the ratio
+rule. Every input is in the snapshot (file stats and ages), so a restart decides exactly the same.
 """
 
 from __future__ import annotations
@@ -135,8 +136,8 @@ def decide_watermark(
     """The time-like decision for a main run and the appends waiting after it (oldest first), or None when the
     table is not time-like. `overlapped`: the main run's files the appends overlap (rewritten with them)."""
     waiting = [b for files in appends for b in files]
-    if not main or not waiting:
-        return None
+    if not main or not waiting or any(b.curve_range is not None for b in (*main, *waiting)):
+        return None  # a curve key orders by the curve value, not by its first column
     learned = learned_lag(main, appends)
     everything = [*main, *waiting]
     low, high = min_position(everything, high=False), max_position(everything)
