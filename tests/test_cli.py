@@ -111,10 +111,13 @@ def output_json(result: Run) -> dict[str, Any]:
 
 def test_info_json(runs: dict[str, Run], tables: dict[str, Path]) -> None:
     data = output_json(runs["json"])
-    assert set(data) == {*METRIC_KEYS, "levels", "column_scan"}
+    assert set(data) == {*METRIC_KEYS, "levels", "column_scan", "time_like"}
+    # partition x's second file moves the largest key forward with a lag of 50: a time-like layout (issue 20)
+    (decision,) = data["time_like"]
+    assert decision["partition"] == "p=x" and decision["lag"] == "50" and decision["watermark"] == "100"
     assert set(data["levels"]) == {"0"}
     assert set(data["levels"]["0"]) == set(METRIC_KEYS)
-    assert data["levels"]["0"] == {k: v for k, v in data.items() if k not in ("levels", "column_scan")}
+    assert data["levels"]["0"] == {k: v for k, v in data.items() if k not in ("levels", "column_scan", "time_like")}
     assert set(data["column_scan"]) == {"k"} and 0 < data["column_scan"]["k"] <= 1
     assert (data["total_block_count"], data["total_rows"], data["unclustered_block_count"]) == (3, 7, 0)
     # partitions never overlap: x's two files have depth 2, y's one file depth 1 (no rounding in JSON)

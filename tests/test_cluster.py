@@ -98,6 +98,7 @@ def test_watch_on_the_cluster_merges_live_appends_in_spark_tasks(cluster: Cluste
     rng = np.random.default_rng(34)
     appended = [append_random(table, rng, 0)]
     config = cluster_config(cluster, tmp_path, target_rows=4000)
+    apps_before = recluster_apps(cluster)
     log = tmp_path / "watch.log"
     command = [sys.executable, "-m", "recluster.cli", "watch", "--table", f"{table}:k", "--config", str(config),
                "--checkpoint", str(tmp_path / "checkpoint"), "--trigger-seconds", "0.5", "--starting-version",
@@ -127,9 +128,21 @@ def test_watch_on_the_cluster_merges_live_appends_in_spark_tasks(cluster: Cluste
         stop_watch(process, log)
     assert "StackOverflowError" not in log.read_text()
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
-    apps = [a for a in ui_json(cluster.master_ui).get("completedapps", []) if a.get("name") == "recluster"]
-    executors = [e for ui in cluster.worker_uis for e in ui_json(ui).get("finishedexecutors", [])]
-    assert any(e.get("appid") == apps[-1]["id"] for e in executors), "the job ran no executor on the cluster"
+
+    def ran_executors() -> bool:  # the job's application (new since the test began) had executors on the workers
+        new = recluster_apps(cluster) - apps_before
+        states = [ui_json(ui) for ui in cluster.worker_uis]
+        executors = [e for w in states for key in ("executors", "finishedexecutors") for e in w.get(key, [])]
+        return any(e.get("appid") in new for e in executors)
+
+    wait_for(ran_executors, "the job's executors in the workers' status", timeout=60)
+
+
+def recluster_apps(cluster: Cluster) -> set[str]:
+    """Ids of the master's applications named recluster, running or completed."""
+    status = ui_json(cluster.master_ui)
+    apps = status.get("activeapps", []) + status.get("completedapps", [])
+    return {a["id"] for a in apps if a.get("name") == "recluster"}
 
 
 def _kill_worker(cluster: Cluster, index: int) -> None:
