@@ -256,7 +256,7 @@ def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -
     positions = []
     nulls = column.null_count
     for value in values:
-        scalar = pa.scalar(value).cast(column.type)
+        scalar = pc.cast(pa.scalar(value), column.type, safe=False)  # a cut point: truncating it is harmless
         positions.append(nulls + int(pc.sum(pc.less(column, scalar)).as_py() or 0))
         positions.append(nulls + int(pc.sum(pc.less_equal(column, scalar)).as_py() or 0))
     return positions

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date, datetime
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
 import numpy as np
@@ -106,7 +106,7 @@ def value_at(position_value: float, like: Any) -> Any:
     if isinstance(like, int):
         return int(np.floor(position_value))
     if isinstance(like, Decimal):
-        return Decimal(str(position_value))
+        return Decimal(repr(position_value)).quantize(like, rounding=ROUND_FLOOR)
     return position_value
 
 
