@@ -246,3 +246,29 @@ def test_watermark_cuts_work_for_every_subtractable_key_type(kind: str, tmp_path
         cuts += sum(any(d.cut for _, d in plan.watermarks) and bool(plan.tasks) for plan in result.plans)
     assert cuts >= 1, f"{kind}: no absorb was cut at the watermark"
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
+
+
+def test_a_backlog_of_appends_is_absorbed_without_pricing_each_one() -> None:
+    """After a long stop (more than MAX_COUNTED_APPENDS appends waiting) the head is absorbed at once; the
+    decision of a normal wait prices every append (its accumulator is the depth sum the model recomputes)."""
+    from recluster.core.selection.watermark import MAX_COUNTED_APPENDS, average_depth
+
+    rng = np.random.default_rng(5)
+    table = ModelTable(10_000)
+    bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=10_000)
+    for index in range(12):
+        table.append(late_batch(rng, index, 2_000, 0.05, 2))
+        table.round(bounds)
+    runs = recover_runs(table.blocks.values())
+    main = runs[0].files
+    appends = []
+    for index in range(12, 12 + MAX_COUNTED_APPENDS + 1):
+        table.append(late_batch(rng, index, 50, 0.05, 2))
+        appends.append([table.blocks[f"part-{table.serial:05d}-append.parquet"]])
+    _, backlog = decide_absorb(recover_runs(table.blocks.values()), 0.35, table.target_rows)
+    assert backlog is not None and backlog.reason is Reason.WATERMARK_ABSORB
+    assert backlog.accumulator == backlog.threshold
+    _, short = decide_absorb(recover_runs([*main, *appends[0], *appends[1]]), 0.35, table.target_rows)
+    assert short is not None
+    first, second = (average_depth([*main, *[b for a in appends[:j] for b in a]]) - 1 for j in (1, 2))
+    assert short.accumulator == pytest.approx(first if first >= short.threshold else first + second)

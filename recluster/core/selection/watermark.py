@@ -43,6 +43,9 @@ TIME_LIKE_LAG_SHARE = 0.75
 """A table whose lag spans at least this share of its key range is not time-like (random keys, unbounded
 lateness): the watermark would leave nothing closed."""
 
+MAX_COUNTED_APPENDS = 64
+"""More appends than this waiting (a job that was stopped for a while): absorb the head without pricing it."""
+
 MIN_ADVANCE = 0.05
 """A time-like table's appends move its largest key forward: on average by at least this share of their own key
 range (random keys barely move it)."""
@@ -148,10 +151,10 @@ def decide_watermark(
         return None
     like = first_value(max(everything, key=lambda b: position(first_value(b, True)) or 0.0), True)
     watermark = high - lag
-    accumulator = sum(average_depth([*main, *waiting_upto(appends, j)]) - 1 for j in range(1, len(appends) + 1))
     per_append = sum(b.rows for b in waiting) / len(appends)
     head_rows = sum(b.rows for b in waiting) + sum(b.rows for b in overlapped)
     threshold = RENT_SHARE * max(head_rows, HEAD_FLOOR_FILES * (target_rows or 0)) / max(per_append, 1.0)
+    accumulator = accumulated_depth(main, appends, threshold)
     closing = rows_below([*waiting, *overlapped], watermark)
     cut = target_rows is not None and closing >= MIN_CLOSED_SHARE * target_rows
     reason = Reason.WATERMARK_ABSORB if accumulator >= threshold else Reason.WATERMARK_RENT
@@ -159,5 +162,16 @@ def decide_watermark(
     return WatermarkDecision(lag_value, value_at(watermark, like), accumulator, threshold, reason, cut)
 
 
-def waiting_upto(appends: Sequence[Sequence[Block]], count: int) -> list[Block]:
-    return [b for files in appends[:count] for b in files]
+def accumulated_depth(main: Sequence[Block], appends: Sequence[Sequence[Block]], threshold: float) -> float:
+    """Sum of (average depth - 1) after each waiting append, in commit order; it stops once past `threshold`
+    (the decision is made), and counts a backlog of more than MAX_COUNTED_APPENDS as reaching it: after a long
+    stop the head is absorbed without one depth profile per waiting append."""
+    if len(appends) > MAX_COUNTED_APPENDS:
+        return threshold
+    total, files = 0.0, list(main)
+    for members in appends:
+        files.extend(members)
+        total += average_depth(files) - 1
+        if total >= threshold:
+            break
+    return total
