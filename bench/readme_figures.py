@@ -35,6 +35,7 @@ from bench.figures import (
     table,
     whole,
 )
+from bench.summary_figures import cluster, curve, fixed_cost, output, pages, watermark
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -133,105 +134,6 @@ def commit(results: Results) -> str:
         f"file list does not carry them): a snapshot of a table with the deletionVectors feature takes {num(replay)}x "
         "as long as one without (the last row compares our own snapshot with and without the replay); tables without "
         "the feature skip it."
-    )
-
-
-def summary_table(summary: Sequence[Json]) -> str:
-    """A bench's summary rows (measure, recluster, baseline, ratio, goal) as a README table."""
-    rows = [[m["measure"], num(m["recluster"]), num(m["baseline"]), num(m["ratio"]), m["goal"]] for m in summary]
-    return table(("measure", "recluster", "baseline", "ratio", "goal"), rows, "lrrrl")
-
-
-def output(results: Results) -> str:
-    file, o = results.get("output")
-    codecs = "; ".join(
-        f"{size['label']}: " + ", ".join(f"{side} {'/'.join(best['codecs'])}" for side, best in size["best"].items())
-        for size in o["sizes"]
-    )
-    return (
-        f"**FINAL against delta-rs z_order and raw Spark** (`python -m bench.output_bench`, {source(file)}; 40 files "
-        "per table, each side on its own copy in a process of its own, the rewrite timed; baseline = z_order, raw "
-        f"Spark's sort or raw Spark's JVM as the row says; Parquet codecs read from the footers: {codecs}):\n\n"
-        + summary_table(o["summary"])
-    )
-
-
-def fixed_cost(results: Results) -> str:
-    file, f = results.get("fixed-cost")
-    rounds = f["per_append_round"]
-    return (
-        f"**Fixed costs** (`python -m bench.fixed_cost_bench`, {source(file)}; cold commands in fresh processes, "
-        f"best of {len(f['info']['recluster_seconds'])}; per-append rounds in a warm process, the slowest of "
-        f"{len(rounds['round_seconds'])}, {sum(t > 0 for t in rounds['tasks'])} of them merged):\n\n"
-        + summary_table(f["summary"])
-    )
-
-
-def curve(results: Results) -> str:
-    file, c = results.get("curve")
-    real = c["real_data"]
-    return (
-        f"**Multi-column keys on a curve** (`python -m bench.curve_bench`, {source(file)}; random (a, b) int64 keys, "
-        f"{c['appends']} appends x {c['rows_per_append']:,} rows, {c['target_rows']:,} rows per file; then real data: "
-        f"TPC-H lineitem SF 0.5 ({real['tpch_lineitem']['rows']:,} rows) on (l_shipdate, l_partkey) and NYC flights "
-        f"2013 ({real['nyc_flights_2013']['rows']:,} rows) on (origin, time_hour); the share of files a narrow "
-        "predicate on one column reads after Delta min/max pruning, averaged over 200 predicates at random places "
-        "each covering 0.1% of the column's domain (a string column: one value); row write amplification = rows "
-        "rewritten / rows appended):\n\n" + summary_table(c["summary"])
-    )
-
-
-def cluster(results: Results) -> str:
-    file, c = results.get("cluster")
-    one, two = c["runs"]
-    return (
-        f"Measured (`python -m bench.cluster_bench`, {source(file)}): `run --final` on "
-        f"{c['input_bytes'] / 1e6:,.0f} MB ({c['rows']:,} rows in {c['input_files']} files), every merge in Spark "
-        "tasks, on a cluster of one worker "
-        f"and of two (1 core and 1.5 GB each, 1 GB executors) on this 2-core machine that also runs the driver: "
-        f"{num(one['seconds'])} s and {num(two['seconds'])} s, {one['tasks']} and {two['tasks']} merge tasks, rows "
-        "unchanged; the executors' peak resident memory (JVM plus Python workers) stayed bounded:\n\n"
-        + summary_table(c["summary"])
-    )
-
-
-WATERMARK_STRATEGIES = {
-    "absorb": "recluster (default settings)",
-    "z_order": "z_order every 5",
-    "compact": "compact every 5",
-}
-WATERMARK_CASES = {
-    "late_4": "5% late by <= 4 appends",
-    "late_any": "5% late by any amount",
-    "random": "random int64 keys",
-}
-
-
-def watermark(results: Results) -> str:
-    file, w = results.get("watermark")
-    rows = []
-    for case in w["cases"].values():
-        for name, label in WATERMARK_STRATEGIES.items():
-            r = case["strategies"][name]
-            figures = (r["time_averaged_average_depth"], r["row_write_amplification"], r["scan"]["ratio_to_optimum"])
-            workload = f"{WATERMARK_CASES[case['workload']]}, {case['appends']} appends"
-            rows.append([workload, label, *map(num, figures), f"{r['final_files']:,}", num(r["file_fill"])])
-    headers = ("workload", "strategy", "depth (time-avg)", "row WA", "1% range scan / optimum", "files", "fill")
-    return (
-        f"**Time-like keys** (`python -m bench.watermark_bench`, {source(file)}; identical appends for every "
-        "strategy, 40 x 10,000 rows (files of 50,000) and 400 x 2,000 (files of 10,000); depth averaged over every "
-        "append; fill = rows / files / target rows; goals and ratios in the summary below):\n\n"
-        + table(headers, rows, "llrrrrr")
-        + "\n\n"
-        + summary_table(w["summary"])
-    )
-
-
-def pages(results: Results) -> str:
-    file, c = results.get("pages")
-    return (
-        f"Rendering cost (`python -m bench.pages_bench`, {source(file)}; {c['tables']} tables, best of 5 over HTTP "
-        "from `recluster ui`, which reads every table's log per request):\n\n" + summary_table(c["summary"])
     )
 
 
