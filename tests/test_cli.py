@@ -185,3 +185,12 @@ def test_bad_input_is_one_line(runs: dict[str, Run], case: str, fragments: list[
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     assert result.stdout == ""
+
+
+def test_demo_refuses_to_write_into_an_existing_table(tables: dict[str, Path], tmp_path: Path) -> None:
+    """`demo --table URI` writes a new table; an existing one is refused before anything is written or started."""
+    version = DeltaTable(str(tables["demo"])).version()
+    result = run_cli("demo", "--table", tables["demo"], "--path", tmp_path / "demo-run", "--seconds", "1")
+    assert result.returncode == 2 and "is already a Delta table" in result.stderr, result.stderr
+    assert DeltaTable(str(tables["demo"])).version() == version
+    assert not (tmp_path / "demo-run").exists()
