@@ -7,6 +7,7 @@ so they survive restarts; anyone can query it with Spark or delta-rs.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -154,14 +155,20 @@ class HistoryStore:
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     window_seconds: float = 3600.0
     _records: list[ProcessRecord] | None = field(default=None, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    """Micro-batches and the maintenance pass append from different threads."""
 
     def records(self) -> list[ProcessRecord]:
-        if self._records is None:
-            rows = read_rows(self.location, self.storage_options)
-            self._records = [] if rows is None else records_from_arrow(rows)
-        return self._records
+        with self._lock:
+            if self._records is None:
+                rows = read_rows(self.location, self.storage_options)
+                self._records = [] if rows is None else records_from_arrow(rows)
+            return list(self._records)
 
     def append(self, *records: ProcessRecord) -> None:
-        append_rows(self.location, records_to_arrow(records), self.storage_options)
-        kept = self.records() + list(records)
-        self._records = prune(kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS)
+        with self._lock:
+            append_rows(self.location, records_to_arrow(records), self.storage_options)
+            kept = self.records() + list(records)
+            self._records = prune(
+                kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS
+            )

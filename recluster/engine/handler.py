@@ -9,10 +9,12 @@ itself. Spark is only a duck-typed batch here: the handler needs no pyspark impo
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -48,6 +50,19 @@ from recluster.settings import Settings, SettingsError, TableSettings, resolve_s
 
 log = logging.getLogger("recluster.job")
 
+MAINTENANCE_PASS_SECONDS = 5.0
+"""Maintenance one tick may start (tables over it wait for the next tick): a thousand tables due at once are
+spread over ticks instead of one long pass."""
+
+MAINTENANCE_JITTER = 0.1
+"""A table's maintenance interval is stretched by up to this share, fixed per table (from its URI)."""
+
+
+def maintenance_jitter(uri: str) -> float:
+    """A stable share in [0, MAINTENANCE_JITTER) per table: the same after a restart."""
+    digest = hashlib.sha1(uri.encode("utf-8")).digest()
+    return MAINTENANCE_JITTER * int.from_bytes(digest[:4], "big") / 2**32
+
 
 class ReclusterHandler:
     """The `foreachBatch` function: commit events in, bounded recluster work out."""
@@ -60,7 +75,10 @@ class ReclusterHandler:
         self.status: dict[str, TableStatus] = {}
         self.stopping = threading.Event()
         self.idle = threading.Event()
+        """Set while no micro-batch, tick or maintenance pass runs (a graceful stop waits for it)."""
         self.idle.set()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
         self.listeners: list[Callable[[TableStatus], None]] = []
         kafka = settings.kafka
         self.metrics = BufferedPublisher(kafka, kafka.metrics_topic) if kafka.metrics_topic else None
@@ -95,8 +113,25 @@ class ReclusterHandler:
             dict(options),
         )
 
+    @contextlib.contextmanager
+    def _working(self) -> Iterator[None]:
+        """Marks work in progress on this thread; `idle` is set again when the last one ends."""
+        with self._busy_lock:
+            self._busy += 1
+            self.idle.clear()
+        try:
+            yield
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+                if not self._busy:
+                    self.idle.set()
+
     def __call__(self, frame: Any, batch_id: int) -> None:
-        self.idle.clear()
+        with self._working():
+            self._batch(frame)
+
+    def _batch(self, frame: Any) -> None:
         try:
             rows = [r.asDict() for r in frame.collect()]
             if self.settings.stream.source == "kafka":
@@ -111,7 +146,6 @@ class ReclusterHandler:
                 self._publish_records(self._run_scheduled({u: f for u, f in touched.items() if f is not None}))
         finally:
             self.last_batch_time = time.time()
-            self.idle.set()
 
     def tick(self) -> None:
         """Time-based work between micro-batches (a quiet table gets no batch): interval triggers of
@@ -120,15 +154,14 @@ class ReclusterHandler:
         if self.stopping.is_set() or now - self.last_tick < self.settings.self_optimizing.tick_seconds:
             return
         self.last_tick = now
-        if not self.lock.acquire(blocking=False):
-            return  # a micro-batch is running: it schedules the same work
-        self.idle.clear()
-        try:
-            self._publish_records(self._run_scheduled({}))
-            self._maintain_due()
-        finally:
-            self.lock.release()
-            self.idle.set()
+        with self._working():
+            if self.lock.acquire(blocking=False):  # else a micro-batch is running: it schedules the same work
+                try:
+                    records = self._run_scheduled({})
+                finally:
+                    self.lock.release()
+                self._publish_records(records)
+            self._maintain_due()  # outside the lock: micro-batches never wait for maintenance
 
     def _publish_records(self, records: Sequence[MetricsRecord]) -> None:
         if self.metrics is not None and records:
@@ -214,17 +247,23 @@ class ReclusterHandler:
             log.error("recluster maintain history=%s error=%s", location, error)
 
     def _maintain_due(self) -> None:
-        """Maintenance of every tracked table whose last one is older than the maintenance interval."""
+        """Maintenance of the tracked tables whose last one is older than the maintenance interval (stretched by
+        up to MAINTENANCE_JITTER per table, so tables tracked together fall due apart), for at most
+        MAINTENANCE_PASS_SECONDS per pass: the rest waits for the next tick. Runs outside the micro-batch lock
+        (vacuum, checkpoints and log cleanup are safe next to a rewrite of the same table, as `clean` is)."""
         maintenance = self.settings.self_optimizing.maintenance
         if maintenance.interval_seconds <= 0:
             return
         now = time.time()
+        deadline = time.monotonic() + MAINTENANCE_PASS_SECONDS
         for uri, tracked in list(self.tracked.items()):
             config = self._config(tracked)
-            if self.stopping.is_set() or config is None or not config.enabled:
+            if self.stopping.is_set() or time.monotonic() > deadline:
+                break
+            if config is None or not config.enabled:
                 continue
             last = history_of(self.history, uri, self.settings, now).last.get(ProcessType.MAINTENANCE, 0.0)
-            if now - last < maintenance.interval_seconds:
+            if now - last < maintenance.interval_seconds * (1 + maintenance_jitter(uri)):
                 continue
             record = ProcessRecord(new_process_id(), uri, ProcessType.MAINTENANCE, config.group, now)
             self.history.append(record)

@@ -1,0 +1,91 @@
+"""Scheduled maintenance in the streaming job (issue 23): it runs outside the lock micro-batches take, is spread
+over ticks by a per-pass budget, and falls due for each table at its own jittered time. No Spark: the handler is
+driven directly, maintenance replaced by a stand-in that records calls (and can be held)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import recluster.engine.handler as handler_module
+from recluster.core.optimizing import ProcessStatus, ProcessType
+from recluster.delta.maintenance import maintain_table
+from recluster.engine.handler import MAINTENANCE_JITTER, ReclusterHandler, maintenance_jitter
+from tests.test_self_optimizing import job_settings, timelike_append
+
+
+def handler_with_tables(tmp_path: Path, count: int) -> ReclusterHandler:
+    paths = [tmp_path / f"t{index}" for index in range(count)]
+    for path in paths:
+        timelike_append(path, 0, rows=10)
+    settings = job_settings(tmp_path, paths)
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    for path in paths:
+        handler.tracked[str(path)] = handler._track(str(path), None)
+    return handler
+
+
+def test_maintenance_never_holds_the_lock_micro_batches_need(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = handler_with_tables(tmp_path, 1)
+    entered, release = threading.Event(), threading.Event()
+
+    def held(uri: str, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(60)
+        return maintain_table(uri, *args, **kwargs)
+
+    monkeypatch.setattr(handler_module, "maintain_table", held)
+    tick = threading.Thread(target=handler.tick)
+    tick.start()
+    try:
+        assert entered.wait(60), "the tick did not start the table's maintenance"
+        assert handler.lock.acquire(blocking=False), "a micro-batch would wait for the maintenance"
+        handler.lock.release()
+        assert not handler.idle.is_set()  # a graceful stop still waits for the maintenance to end
+    finally:
+        release.set()
+        tick.join(60)
+    assert handler.idle.is_set()
+    assert handler.history is not None
+    done = [r for r in handler.history.records() if r.type is ProcessType.MAINTENANCE]
+    assert [r.status for r in done] == [ProcessStatus.RUNNING, ProcessStatus.SUCCESS]
+
+
+def test_a_pass_stops_at_its_budget_and_the_next_ticks_maintain_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handler = handler_with_tables(tmp_path, 5)
+    maintained: list[str] = []
+    clock = [0.0]
+
+    def counted(uri: str, *args: Any, **kwargs: Any) -> Any:
+        if uri in handler.tracked:  # (the job's own history table is maintained too, once per interval)
+            maintained.append(uri)
+            clock[0] += 2.0  # each maintenance "takes" two seconds of the pass's budget
+        return maintain_table(uri, *args, **kwargs)
+
+    monkeypatch.setattr(handler_module, "maintain_table", counted)
+    monkeypatch.setattr(handler_module, "MAINTENANCE_PASS_SECONDS", 3.0)
+    real_monotonic = handler_module.time.monotonic
+    monkeypatch.setattr(handler_module.time, "monotonic", lambda: real_monotonic() + clock[0])
+    passes = []
+    while len(maintained) < 5 and len(passes) < 10:
+        before = len(maintained)
+        handler.last_tick = 0.0
+        handler.tick()
+        passes.append(len(maintained) - before)
+    assert passes[0] == 2, passes  # started at 0 s and 2 s; the third would start past the 3 s budget
+    assert sorted(maintained) == sorted(handler.tracked) and sum(passes) == 5  # each table once, none left
+    assert handler.history is not None
+    succeeded = [r.table for r in handler.history.records() if r.status is ProcessStatus.SUCCESS]
+    assert sorted(succeeded) == sorted(handler.tracked)
+
+
+def test_jitter_is_stable_per_table_and_spreads_tables_over_its_range() -> None:
+    shares = [maintenance_jitter(f"s3://lake/table-{index}") for index in range(2_000)]
+    assert shares == [maintenance_jitter(f"s3://lake/table-{index}") for index in range(2_000)]
+    assert all(0 <= share < MAINTENANCE_JITTER for share in shares)
+    assert min(shares) < 0.05 * MAINTENANCE_JITTER and max(shares) > 0.95 * MAINTENANCE_JITTER
