@@ -4,6 +4,8 @@ driven directly, maintenance replaced by a stand-in that records calls (and can 
 
 from __future__ import annotations
 
+import itertools
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,16 +13,26 @@ from typing import Any
 import pytest
 
 import recluster.engine.handler as handler_module
-from recluster.core.optimizing import ProcessStatus, ProcessType
+from recluster.core.optimizing import (
+    PartitionHealth,
+    ProcessStatus,
+    ProcessType,
+    TableHealth,
+    TableHistory,
+    optimizing_config,
+    pending_optimizing,
+    quiet_until,
+)
 from recluster.delta.maintenance import maintain_table
 from recluster.engine.handler import MAINTENANCE_JITTER, ReclusterHandler, maintenance_jitter
+from recluster.settings import SelfOptimizingSettings
 from tests.test_self_optimizing import job_settings, timelike_append
 
 
-def handler_with_tables(tmp_path: Path, count: int) -> ReclusterHandler:
+def handler_with_tables(tmp_path: Path, count: int, appends: int = 1) -> ReclusterHandler:
     paths = [tmp_path / f"t{index}" for index in range(count)]
-    for path in paths:
-        timelike_append(path, 0, rows=10)
+    for path, batch in itertools.product(paths, range(appends)):
+        timelike_append(path, batch, rows=10)
     settings = job_settings(tmp_path, paths)
     handler = ReclusterHandler(settings, settings.tables, spark=None)
     for path in paths:
@@ -89,3 +101,50 @@ def test_jitter_is_stable_per_table_and_spreads_tables_over_its_range() -> None:
     assert shares == [maintenance_jitter(f"s3://lake/table-{index}") for index in range(2_000)]
     assert all(0 <= share < MAINTENANCE_JITTER for share in shares)
     assert min(shares) < 0.05 * MAINTENANCE_JITTER and max(shares) > 0.95 * MAINTENANCE_JITTER
+
+
+def test_idle_tables_are_not_looked_at_until_a_commit_or_their_quiet_time_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Event-driven scheduling: a pass evaluates only tables with new commits, work left over, or whose quiet time
+    (their next interval trigger) has come; 10,000 idle tables then cost nothing per trigger."""
+    handler = handler_with_tables(tmp_path, 3)
+    looked: list[int] = []
+    real_health = handler_module.table_health
+
+    def counted(blocks: Any, config: Any) -> Any:
+        looked.append(1)
+        return real_health(blocks, config)
+
+    monkeypatch.setattr(handler_module, "table_health", counted)
+    handler._run_scheduled({})
+    assert len(looked) == 3  # the first pass looks at every table
+    assert all(t.quiet_until == math.inf for t in handler.tracked.values())  # one file each: no trigger can fire
+    looked.clear()
+    for _ in range(5):
+        handler._run_scheduled({})
+    assert looked == []  # idle: nothing evaluated
+    first, second, _ = handler.tracked
+    handler._run_scheduled({first: True})  # a commit on one table: that table only
+    assert len(looked) == 1
+    looked.clear()
+    now = handler_module.time.time()
+    handler.tracked[second].quiet_until = now + 10
+    monkeypatch.setattr(handler_module.time, "time", lambda: now + 11)
+    handler._run_scheduled({})  # the second table's quiet time is over: looked at again, the others not
+    assert len(looked) == 1
+
+
+def test_quiet_until_is_the_next_interval_trigger() -> None:
+    """A healthy table stays so until minor's (or full's) interval since its last run: no sooner, no later."""
+    config = optimizing_config({}, SelfOptimizingSettings())
+    fragments = TableHealth(
+        (PartitionHealth((), files=3, bytes=300, fragments=3, undersized=0, deletion_vector_files=0),)
+    )
+    single = TableHealth((PartitionHealth((), files=1, bytes=100, fragments=1, undersized=0, deletion_vector_files=0),))
+    history = TableHistory(last={ProcessType.MINOR: 1_000.0})
+    until = quiet_until(fragments, config, history)
+    assert until == 1_000.0 + config.minor_trigger_interval_ms / 1000
+    assert pending_optimizing(fragments, config, history, now=until - 1).type is None
+    assert pending_optimizing(fragments, config, history, now=until).type is ProcessType.MINOR
+    assert quiet_until(single, config, history) == math.inf  # one file: no interval trigger has work

@@ -331,6 +331,25 @@ class PendingWork:
     reason: str
 
 
+def interval_due_times(
+    health: TableHealth, config: OptimizingConfig, history: TableHistory
+) -> dict[ProcessType, float]:
+    """When the interval triggers of full and minor optimizing fall due for this layout (epoch seconds); a
+    trigger that is off or has nothing to do is absent. The one place these two rules live."""
+    due: dict[ProcessType, float] = {}
+    if config.full_trigger_interval_ms >= 0 and health.files > 1:
+        due[ProcessType.FULL] = history.last.get(ProcessType.FULL, 0.0) + config.full_trigger_interval_ms / 1000
+    if config.minor_trigger_interval_ms >= 0 and any(p.fragments >= 2 for p in health.partitions):
+        due[ProcessType.MINOR] = history.last.get(ProcessType.MINOR, 0.0) + config.minor_trigger_interval_ms / 1000
+    return due
+
+
+def quiet_until(health: TableHealth, config: OptimizingConfig, history: TableHistory) -> float:
+    """Until when a table that `pending_optimizing` found healthy stays so without a new commit: its next interval
+    trigger, or forever. The streaming job leaves it untouched until then (idle tables cost nothing per trigger)."""
+    return min(interval_due_times(health, config, history).values(), default=math.inf) if config.enabled else math.inf
+
+
 def pending_optimizing(
     health: TableHealth, config: OptimizingConfig, history: TableHistory, *, now: float
 ) -> PendingWork:
@@ -338,20 +357,17 @@ def pending_optimizing(
     enough fragments or its interval since the last minor."""
     if not config.enabled:
         return PendingWork(None, "disabled")
-    if config.full_trigger_interval_ms >= 0 and health.files > 1:
-        since = now - history.last.get(ProcessType.FULL, 0.0)
-        if since * 1000 >= config.full_trigger_interval_ms:
-            return PendingWork(ProcessType.FULL, "full_interval")
+    intervals = interval_due_times(health, config, history)
+    if now >= intervals.get(ProcessType.FULL, math.inf):
+        return PendingWork(ProcessType.FULL, "full_interval")
     if any(p.undersized >= config.major_trigger_undersized_count for p in health.partitions):
         return PendingWork(ProcessType.MAJOR, "undersized_segments")
     if any(p.heavy_deletion_files for p in health.partitions):
         return PendingWork(ProcessType.MAJOR, "deleted_rows")
     if any(p.fragments >= config.minor_trigger_file_count for p in health.partitions):
         return PendingWork(ProcessType.MINOR, "fragment_count")
-    if config.minor_trigger_interval_ms >= 0 and any(p.fragments >= 2 for p in health.partitions):
-        since = now - history.last.get(ProcessType.MINOR, 0.0)
-        if since * 1000 >= config.minor_trigger_interval_ms:
-            return PendingWork(ProcessType.MINOR, "minor_interval")
+    if now >= intervals.get(ProcessType.MINOR, math.inf):
+        return PendingWork(ProcessType.MINOR, "minor_interval")
     return PendingWork(None, "healthy")
 
 

@@ -30,6 +30,7 @@ from recluster.core.optimizing import (
     TableHistory,
     optimizing_config,
     pending_optimizing,
+    quiet_until,
     schedule,
     table_health,
 )
@@ -175,6 +176,8 @@ class ReclusterHandler:
         due: dict[str, tuple[TrackedTable, OptimizingConfig, ProcessType, str, ReclusterPlan | None]] = {}
         candidates = []
         for uri, tracked in list(self.tracked.items()):
+            if uri not in touched and not tracked.pending and now < tracked.quiet_until:
+                continue  # idle: no commit, no work left, no interval trigger due yet (issue 23)
             config = self._config(tracked)
             if config is None:
                 continue
@@ -233,7 +236,9 @@ class ReclusterHandler:
             if not plan.empty:
                 return ProcessType.RECLUSTER, str(plan.tasks[0].reason), plan  # absorb_ratio, depth_above_..
             tracked.pending = False
-        pending = pending_optimizing(table_health(tracked.state.blocks, config), config, past, now=now)
+        health = table_health(tracked.state.blocks, config)
+        pending = pending_optimizing(health, config, past, now=now)
+        tracked.quiet_until = quiet_until(health, config, past) if pending.type is None else 0.0
         return pending.type, pending.reason, None
 
     def _maintain_history(self) -> None:

@@ -98,6 +98,8 @@ class TrackedTable:
     """What our commits did since the job started (kept on reload)."""
     bytes_appended: int = 0
     """Bytes other writers appended since the job started (kept on reload)."""
+    quiet_until: float = 0.0
+    """Epoch seconds until which the table, healthy when last scheduled, needs no look without a new commit."""
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(
