@@ -35,7 +35,7 @@ from bench.figures import (
     table,
     whole,
 )
-from bench.summary_figures import cluster, curve, fixed_cost, output, pages, watermark
+from bench.summary_figures import cluster, curve, fixed_cost, idle, output, pages, watermark
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -338,6 +338,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "curve": curve,
     "cluster": cluster,
     "watermark": watermark,
+    "idle": idle,
     "pages": pages,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,

@@ -99,6 +99,16 @@ def watermark(results: Results) -> str:
     )
 
 
+def idle(results: Results) -> str:
+    file, i = results.get("idle")
+    return (
+        f"**Idle watched tables** (`python -m bench.idle_bench`, {source(file)}; one scheduling pass of the job, the "
+        f"median of {i['passes']}, with no new commits: every table evaluated, as every pass did before, against "
+        "the idle pass that skips tables until a commit or their next interval trigger):\n\n"
+        + summary_table(i["summary"])
+    )
+
+
 def pages(results: Results) -> str:
     file, c = results.get("pages")
     return (
