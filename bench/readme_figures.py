@@ -35,7 +35,7 @@ from bench.figures import (
     table,
     whole,
 )
-from bench.summary_figures import cluster, curve, fixed_cost, idle, output, pages, watermark
+from bench.summary_figures import cluster, curve, fixed_cost, idle, job_scale, output, pages, watermark
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -339,6 +339,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "cluster": cluster,
     "watermark": watermark,
     "idle": idle,
+    "job-scale": job_scale,
     "pages": pages,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,

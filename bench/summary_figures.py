@@ -109,6 +109,19 @@ def idle(results: Results) -> str:
     )
 
 
+def job_scale(results: Results) -> str:
+    file, j = results.get("job-scale")
+    many = j["runs"][-1]
+    return (
+        f"**Many tables in one job** (`python -m bench.job_scale_bench`, {source(file)}; {j['commits_per_second']} "
+        f"commits/s round-robin for {j['seconds']:.0f} s over {many['tables']:,} tables against 1 table in the same "
+        f"run; latency over the second half of the commits; every commit of the {many['tables']:,}-table run was the "
+        f"first its table received since the job started ({many['tracked']:,} tables tracked by the end), so it "
+        "includes loading that table; every table's maintenance fell due at the start):\n\n"
+        + summary_table(j["summary"])
+    )
+
+
 def pages(results: Results) -> str:
     file, c = results.get("pages")
     return (
