@@ -117,6 +117,12 @@ def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> Depth
     return DepthProfile(lo, hi, point_depth, block_depth.astype(np.int64), overlaps.astype(np.int64))
 
 
+def mean_block_depth(blocks: Sequence[Block]) -> float:
+    """The average depth `info` reports (the mean of the blocks' depths) over clustered blocks; 1.0 for none."""
+    profile = depth_profile([b.min_key for b in blocks], [b.max_key for b in blocks])  # type: ignore[misc]
+    return float(profile.block_depth.mean()) if len(profile.block_depth) else 1.0
+
+
 def histogram_bucket(depth: int) -> int:
     """Buckets 1..16, then 32, 64, 128, ...: the smallest bucket >= depth."""
     if depth <= 16:

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recluster.core.blocks import Block, Partition, age_run_id, parse_data_file_name
-from recluster.core.metrics import IntArray, depth_profile, rank_keys
+from recluster.core.metrics import IntArray, depth_profile, mean_block_depth, rank_keys
 from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, WatermarkDecision, output_level
 from recluster.core.selection.watermark import decide_watermark
 
@@ -112,9 +112,7 @@ def effective_beta(clustered: Sequence[Block], bounds: SelectionBounds) -> float
     """beta, or with a depth target beta * target / average_depth (clamped): lower while too deep."""
     if bounds.target_depth is None:
         return bounds.beta
-    profile = depth_profile([b.min_key for b in clustered], [b.max_key for b in clustered])  # type: ignore[misc]
-    average = float(profile.block_depth.mean()) if len(profile.block_depth) else 1.0
-    scale = min(max(bounds.target_depth / average, 1 / BETA_SCALE_LIMIT), BETA_SCALE_LIMIT)
+    scale = min(max(bounds.target_depth / mean_block_depth(clustered), 1 / BETA_SCALE_LIMIT), BETA_SCALE_LIMIT)
     return bounds.beta * scale
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from recluster.core.blocks import Block
-from recluster.core.metrics import depth_profile
+from recluster.core.metrics import mean_block_depth
 from recluster.core.selection.plan import Reason, WatermarkDecision
 
 RENT_SHARE = 0.15
@@ -78,26 +78,31 @@ def learned_lag(older: Sequence[Block], appends: Sequence[Sequence[Block]]) -> t
     """(lag, advance) the waiting appends show on the first key's axis: the largest lateness (largest key of
     everything older minus the append's smallest key), and the mean share of its own range by which an append moved
     the largest key forward. None when a value is not a number."""
-    top = max_position(older)
+    older_range = axis_range(older)
+    if older_range is None:
+        return None
+    top = older_range[1]
     lag, advances = 0.0, []
     for files in appends:
-        low, high = min_position(files, high=False), max_position(files)
-        if top is None or low is None or high is None:
+        found = axis_range(files)
+        if found is None:
             return None
+        low, high = found
         lag = max(lag, top - low)
         advances.append(max(high - top, 0.0) / (high - low) if high > low else 0.0)
         top = max(top, high)
     return lag, float(np.mean(advances))
 
 
-def min_position(blocks: Sequence[Block], high: bool) -> float | None:
-    found = [position(first_value(b, high)) for b in blocks]
-    return None if not found or any(p is None for p in found) else min(p for p in found if p is not None)
-
-
-def max_position(blocks: Sequence[Block]) -> float | None:
-    found = [position(first_value(b, True)) for b in blocks]
-    return None if not found or any(p is None for p in found) else max(p for p in found if p is not None)
+def axis_range(blocks: Sequence[Block]) -> tuple[float, float] | None:
+    """(smallest min, largest max) of the blocks' first key on its axis; None when a value is not a number."""
+    lows = [position(first_value(b, False)) for b in blocks]
+    highs = [position(first_value(b, True)) for b in blocks]
+    low = [p for p in lows if p is not None]
+    high = [p for p in highs if p is not None]
+    if not blocks or len(low) < len(blocks) or len(high) < len(blocks):
+        return None
+    return min(low), max(high)
 
 
 def value_at(position_value: float, like: Any) -> Any:
@@ -111,12 +116,6 @@ def value_at(position_value: float, like: Any) -> Any:
     if isinstance(like, Decimal):
         return Decimal(repr(position_value)).quantize(like, rounding=ROUND_FLOOR)
     return position_value
-
-
-def average_depth(blocks: Sequence[Block]) -> float:
-    """The table's average depth (mean block depth, as `info` reports it) over these files."""
-    profile = depth_profile([b.min_key for b in blocks], [b.max_key for b in blocks])  # type: ignore[misc]
-    return float(profile.block_depth.mean()) if len(profile.block_depth) else 1.0
 
 
 def rows_below(blocks: Sequence[Block], cut: float) -> float:
@@ -143,13 +142,13 @@ def decide_watermark(
         return None  # a curve key orders by the curve value, not by its first column
     learned = learned_lag(main, appends)
     everything = [*main, *waiting]
-    low, high = min_position(everything, high=False), max_position(everything)
-    if learned is None or low is None or high is None or high <= low:
+    span = axis_range(everything)
+    if learned is None or span is None or span[1] <= span[0]:
         return None
-    lag, advance = learned
+    (lag, advance), (low, high) = learned, span
     if advance < MIN_ADVANCE or lag >= TIME_LIKE_LAG_SHARE * (high - low):
         return None
-    like = first_value(max(everything, key=lambda b: position(first_value(b, True)) or 0.0), True)
+    like = next(first_value(b, True) for b in everything if position(first_value(b, True)) == high)
     watermark = high - lag
     per_append = sum(b.rows for b in waiting) / len(appends)
     head_rows = sum(b.rows for b in waiting) + sum(b.rows for b in overlapped)
@@ -171,7 +170,7 @@ def accumulated_depth(main: Sequence[Block], appends: Sequence[Sequence[Block]],
     total, files = 0.0, list(main)
     for members in appends:
         files.extend(members)
-        total += average_depth(files) - 1
+        total += mean_block_depth(files) - 1
         if total >= threshold:
             break
     return total
