@@ -36,6 +36,7 @@ from bench.merge_bench import (
     log,
     publish,
     quick_cli,
+    ratio_row,
 )
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
@@ -192,10 +193,6 @@ def over_appends(scratch: Path, appends: int, rows: int, target_rows: int, seed:
 def rows_of(path: Path, metrics: dict[str, Any]) -> list[int]:
     """Rows z_order rewrote: every live row at that point (it rewrites the whole table)."""
     return [DeltaTable(str(path)).to_pyarrow_dataset().count_rows()] if metrics.get("numFilesAdded") else [0]
-
-
-def ratio_row(measure: str, ours: float, theirs: float, goal: str) -> list[Any]:
-    return [measure, ours, theirs, ours / theirs, goal]
 
 
 def summary_rows(final: dict[str, Any], incremental: dict[str, Any], appends: int) -> list[list[Any]]:

@@ -24,8 +24,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from bench.curve_bench import ratio_row
-from bench.merge_bench import MB, log, publish, quick_cli, start_spark
+from bench.merge_bench import MB, log, publish, quick_cli, ratio_row, start_spark
 from bench.stream_bench import percentile
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log_writer import set_table_properties

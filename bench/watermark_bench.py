@@ -22,8 +22,7 @@ from typing import Any
 from bench.compare.measurement import run_workload
 from bench.compare.strategies import STRATEGIES
 from bench.compare.workloads import Params, Workload, bounded_time_batch, time_batch, uniform_batch
-from bench.curve_bench import ratio_row
-from bench.merge_bench import log, publish, quick_cli
+from bench.merge_bench import log, publish, quick_cli, ratio_row
 from recluster.settings import ClusteringSettings, Settings
 
 WORKLOADS = {

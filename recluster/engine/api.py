@@ -111,5 +111,7 @@ def table_info(
 ) -> TableInfo:
     snapshot = read_snapshot(uri, settings=settings, cluster_by=cluster_by, partition=partition)
     bounds = selection_bounds(settings, snapshot, None)
-    time_like = select_merge_tasks(uri, snapshot.version, snapshot.blocks, bounds).watermarks
+    # only `absorb` makes time-like decisions: a `levels` table is not planned just to show none
+    absorb = bounds.policy is Policy.ABSORB
+    time_like = select_merge_tasks(uri, snapshot.version, snapshot.blocks, bounds).watermarks if absorb else ()
     return TableInfo(snapshot, clustering_info(snapshot.blocks, snapshot.key), time_like)
