@@ -16,6 +16,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,7 +29,15 @@ from recluster.core.blocks import (
     new_run_id,
     parse_data_file_name,
 )
-from recluster.core.keys import KeyColumn, KeyType, encode_key, encode_partition, encode_value, key_fingerprint
+from recluster.core.keys import (
+    KeyColumn,
+    KeyType,
+    encode_key,
+    encode_keys,
+    encode_partition,
+    encode_value,
+    key_fingerprint,
+)
 from tests.helpers import FAST, LIGHT
 
 INT64_MIN = -(1 << 63)
@@ -184,6 +193,52 @@ def test_encode_value_preserves_spark_order(column: KeyColumn, strategy: st.Sear
             assert encode_key((v,), [column]) == encode_value(v, column)
 
     check()
+
+
+ARROW_TYPES: dict[str, list[pa.DataType]] = {
+    "i": [pa.int64()],
+    "f": [pa.float64()],
+    "z": [pa.bool_()],
+    "day": [pa.date32()],
+    "ts_ntz": [pa.timestamp("us")],
+    "ts": [pa.timestamp("us", tz="UTC")],
+}
+"""Per single-column case, the Arrow types of the log stats that `encode_keys` encodes with numpy."""
+
+
+@pytest.mark.parametrize(("column", "strategy"), SINGLE_COLUMN_CASES, ids=[c.name for c, _ in SINGLE_COLUMN_CASES])
+def test_vectorized_encoding_equals_encode_key(column: KeyColumn, strategy: st.SearchStrategy[Any]) -> None:
+    """`encode_keys` over an Arrow column is `encode_key` of each value (with its prefix), or declines (None)
+    for the types it has no numpy path for, never a different key."""
+
+    @FAST
+    @given(_values_of(strategy), st.lists(st.sampled_from([b"", b"\x01p\x00\x00"]), min_size=8, max_size=8))
+    def check(values: list[Any], prefixes: list[bytes]) -> None:
+        prefixes = prefixes[: len(values)]
+        expected = [p + encode_key((v,), [column]) for v, p in zip(values, prefixes, strict=True)]
+        for arrow_type in ARROW_TYPES.get(column.name, []):
+            assert encode_keys([pa.array(values, arrow_type)], [column], prefixes) == expected
+        if column.name not in ARROW_TYPES and column.name != "ts_micros":
+            assert encode_keys([pa.array(values)], [column], prefixes) is None
+
+    check()
+
+
+def test_vectorized_encoding_of_narrow_types_and_several_columns() -> None:
+    """Narrow integers, float32 and second/millisecond timestamps encode as their Python values do; several
+    columns with NULLs in some rows join per row."""
+    ints, floats = [-128, None, 0, 127], [1.5, float("-inf"), None, -0.0]
+    stamps = [dt.datetime(1969, 12, 31, 23, 59, 59), None, dt.datetime(2030, 1, 1, 12), dt.datetime(1970, 1, 1)]
+    columns = [KeyColumn("i", KeyType.INTEGER), KeyColumn("f", KeyType.FLOAT), KeyColumn("t", KeyType.TIMESTAMP)]
+    expected = [encode_key(row, columns) for row in zip(ints, floats, stamps, strict=True)]
+    for unit in ("s", "ms", "us"):
+        arrays = [pa.array(ints, pa.int8()), pa.array(floats, pa.float32()), pa.array(stamps, pa.timestamp(unit))]
+        assert encode_keys(arrays, columns) == expected
+    no_nulls = [pa.array([3, 1]), pa.array([0.5, 2.0])]
+    assert encode_keys(no_nulls, columns[:2], [b"a", b"b"]) == [
+        b"a" + encode_key((3, 0.5), columns[:2]),
+        b"b" + encode_key((1, 2.0), columns[:2]),
+    ]
 
 
 @pytest.mark.parametrize(("column", "_strategy"), SINGLE_COLUMN_CASES, ids=[c.name for c, _ in SINGLE_COLUMN_CASES])

@@ -23,9 +23,9 @@ from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_delt
 from recluster.core.blocks import LEVEL_CONSTANT, data_file_name, new_run_id
 from recluster.core.errors import TableError
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType, key_fingerprint
-from recluster.delta import snapshot as table_module
+from recluster.delta import file_blocks as table_module
+from recluster.delta.file_blocks import blocks_from_actions
 from recluster.delta.log_writer import set_table_properties
-from recluster.delta.snapshot import blocks_from_actions
 from recluster.engine.api import read_snapshot, table_info
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
 from tests.helpers import EMPTY_METRICS
@@ -581,7 +581,7 @@ def log_adds(location: Path) -> list[dict[str, Any]]:
 
 
 def assert_log_blocks_equal_snapshot(location: Path, key: Sequence[str]) -> None:
-    from recluster.delta.snapshot import blocks_from_log_adds
+    from recluster.delta.file_blocks import blocks_from_log_adds
 
     snapshot = read_snapshot(str(location), settings=SETTINGS, cluster_by=key)
     from_log = blocks_from_log_adds(log_adds(location), snapshot.key, snapshot.partition_columns, snapshot.uri)

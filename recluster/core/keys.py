@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from recluster.core.blocks import Block
 from recluster.core.curves import DRIFT_SHARE, RANK_LAYOUT, Curve, RangeBounds
@@ -131,6 +134,70 @@ def encode_key(values: Sequence[Any], columns: Sequence[KeyColumn], prefix: byte
     return prefix + b"".join(encode_value(v, c) for v, c in zip(values, columns, strict=True))
 
 
+_TIME_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def _value_codes(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint8] | None:
+    """What `encode_value` writes after the marker, for every value at once (rows x bytes; a null row's bytes
+    are garbage): integers, dates, timestamps (s/ms/us), floats and booleans. None: no vectorized path."""
+    kind = values.type
+    match column.type:
+        case KeyType.INTEGER | KeyType.DATE | KeyType.TIMESTAMP:
+            if column.type is KeyType.INTEGER and not pa.types.is_integer(kind):
+                return None
+            if column.type is KeyType.DATE and not pa.types.is_date32(kind):
+                return None
+            if column.type is KeyType.TIMESTAMP and getattr(kind, "unit", None) not in _TIME_UNIT_MICROS:
+                return None
+            scale = _TIME_UNIT_MICROS[kind.unit] if column.type is KeyType.TIMESTAMP else 1
+            if pa.types.is_uint64(kind):
+                return None  # above int64: Python ints only
+            if column.type is KeyType.DATE:
+                values = values.cast(pa.int32())
+            numbers = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False) * scale
+            words = numbers.view(np.uint64) ^ np.uint64(_SIGN64)
+        case KeyType.FLOAT if pa.types.is_floating(kind):
+            floats = values.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False) + 0.0
+            bits = floats.view(np.uint64)
+            bits = np.where(np.isnan(floats), np.uint64(_CANONICAL_NAN), bits)
+            negative = (bits & np.uint64(_SIGN64)) != 0
+            words = np.where(negative, ~bits, bits | np.uint64(_SIGN64))
+        case KeyType.BOOLEAN if pa.types.is_boolean(kind):
+            flags: npt.NDArray[np.bool_] = values.fill_null(False).to_numpy(zero_copy_only=False)
+            return flags.astype(np.uint8).reshape(-1, 1)
+        case _:
+            return None
+    codes: npt.NDArray[np.uint8] = words.astype(">u8").view(np.uint8).reshape(-1, 8)
+    return codes
+
+
+def encode_keys(
+    columns_values: Sequence[pa.Array], columns: Sequence[KeyColumn], prefixes: Sequence[bytes] | None = None
+) -> list[bytes] | None:
+    """`encode_key` of every row of per-column value arrays at once (a row's key: `prefixes[row]` then its
+    values); None when a column's type has no vectorized path (strings, binary, decimals): encode per row."""
+    count = len(columns_values[0]) if columns_values else len(prefixes or ())
+    pieces: list[npt.NDArray[np.uint8]] = []
+    nulls: list[npt.NDArray[np.bool_]] = []
+    for values, column in zip(columns_values, columns, strict=True):
+        codes = _value_codes(values, column)
+        if codes is None:
+            return None
+        pieces.append(np.hstack([np.ones((count, 1), dtype=np.uint8), codes]))
+        nulls.append(pc.is_null(values).to_numpy(zero_copy_only=False))
+    if not any(n.any() for n in nulls):
+        blob = np.hstack(pieces).tobytes() if pieces else b""
+        width = len(blob) // count if count else 0
+        keys = [blob[start : start + width] for start in range(0, count * width, width)] if width else [b""] * count
+        return keys if prefixes is None else [p + k for p, k in zip(prefixes, keys, strict=True)]
+    parts = []
+    for piece, null in zip(pieces, nulls, strict=True):
+        blob, width = piece.tobytes(), piece.shape[1]
+        parts.append([_NULL if null[i] else blob[i * width : (i + 1) * width] for i in range(count)])
+    starts = prefixes or [b""] * count
+    return [start + b"".join(row) for start, row in zip(starts, zip(*parts, strict=True), strict=True)]
+
+
 def encode_partition(partition: Sequence[tuple[str, str | None]]) -> bytes:
     """Partition values as a key prefix: files of two partitions never overlap."""
     return b"".join(_NULL if v is None else _VALUE + _encode_bytes(v.encode("utf-8")) for _, v in partition)
@@ -166,6 +233,14 @@ def comparable(value: Any, column: KeyColumn) -> Any:
         case KeyType.BOOLEAN:
             return int(bool(value))
     return value
+
+
+_COMPARABLE_AS_IS = (KeyType.INTEGER, KeyType.FLOAT, KeyType.STRING)
+
+
+def comparable_values(values: list[Any], column: KeyColumn) -> list[Any]:
+    """`comparable` of each value (the same list where the column's values already compare as they are)."""
+    return values if column.type in _COMPARABLE_AS_IS else [comparable(v, column) for v in values]
 
 
 def comparable_bounds(bounds: RangeBounds, columns: Sequence[KeyColumn]) -> list[list[Any]]:

@@ -14,8 +14,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from recluster.core.blocks import Block
-from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable, comparable_bounds
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable_bounds, comparable_values
 
 BOUND_POINTS = 100
 """Points taken from a curve's bounds per column (every tenth of 1,000 ranges)."""
@@ -27,13 +29,25 @@ def _usable(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def _points(ranges: Sequence[tuple[Any, Any]], column: KeyColumn, bounds: Sequence[Any] | None) -> list[Any]:
+def _points(lows: Sequence[Any], highs: Sequence[Any], column: KeyColumn, bounds: Sequence[Any] | None) -> list[Any]:
     if bounds:
         step = max(1, len(bounds) // BOUND_POINTS)
         return list(bounds[step // 2 :: step])
     if column.type in _NUMERIC:
-        return [(low + high) / 2 for low, high in ranges]
-    return [low for low, _ in ranges]
+        return [(low + high) / 2 for low, high in zip(lows, highs, strict=True)]
+    return list(lows)
+
+
+def _reads(lows: list[Any], highs: list[Any], points: list[Any], numeric: bool) -> float:
+    """Files whose range contains each point, summed: numbers in float64 with numpy, others by bisection."""
+    if numeric:
+        low_array, high_array = np.sort(np.asarray(lows, np.float64)), np.sort(np.asarray(highs, np.float64))
+        at = np.sort(np.asarray(points, np.float64))  # sorted queries search far faster
+        inside = np.searchsorted(low_array, at, "right") - np.searchsorted(high_array, at, "left")
+        return float(inside.sum())
+    lows.sort()
+    highs.sort()
+    return float(sum(bisect.bisect_right(lows, p) - bisect.bisect_left(highs, p) for p in points))
 
 
 def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[str, float]:
@@ -42,20 +56,18 @@ def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[s
     if count == 0 or key.keyless:
         return {}
     curve_bounds = comparable_bounds(key.bounds, key.columns) if key.bounds is not None else None
+    ranged = [b for b in blocks if b.min_values and b.max_values]
     result: dict[str, float] = {}
     for index, column in enumerate(key.columns):
-        ranges: list[tuple[Any, Any]] = []
-        for block in blocks:
-            low, high = block.column_range(index)
-            if _usable(low) and _usable(high):
-                ranges.append((comparable(low, column), comparable(high, column)))
-        unprunable = count - len(ranges)
+        pairs = [(b.min_values[index], b.max_values[index]) for b in ranged]  # type: ignore[index]
+        usable = [(low, high) for low, high in pairs if _usable(low) and _usable(high)]
+        lows = comparable_values([low for low, _ in usable], column)
+        highs = comparable_values([high for _, high in usable], column)
         try:
-            points = _points(ranges, column, curve_bounds[index] if curve_bounds else None)
-            lows: list[Any] = sorted(low for low, _ in ranges)
-            highs: list[Any] = sorted(high for _, high in ranges)
-            reads = [bisect.bisect_right(lows, p) - bisect.bisect_left(highs, p) + unprunable for p in points]
-        except TypeError:  # stats of mixed types (a column whose type changed): no figure
+            points = _points(lows, highs, column, curve_bounds[index] if curve_bounds else None)
+            reads = _reads(lows, highs, points, column.type in _NUMERIC)
+        except (TypeError, ValueError):  # stats of mixed types (a column whose type changed): no figure
             continue
-        result[column.name] = sum(reads) / len(reads) / count if reads else 1.0
+        unprunable = count - len(usable)
+        result[column.name] = (reads / len(points) + unprunable) / count if points else 1.0
     return result

@@ -37,10 +37,11 @@ from recluster.core.optimizing import (
 from recluster.core.outcomes import CommitOutcome, CommitStatus, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, WatermarkDecision, level_threshold
+from recluster.delta.file_blocks import blocks_from_log_adds
 from recluster.delta.history import compact_small_files, new_process_id
 from recluster.delta.log import PRODUCER, CommitEntry, read_commits
 from recluster.delta.maintenance import maintain_table
-from recluster.delta.snapshot import blocks_from_log_adds, load_snapshot
+from recluster.delta.snapshot import load_snapshot
 from recluster.delta.storage import normalize_uri, require_safe_commits
 from recluster.engine.api import open_checked_table, selection_bounds
 from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable

@@ -58,10 +58,14 @@ def recover_runs(blocks: Iterable[Block]) -> list[Run]:
         files.setdefault(age, []).append(block)
         if horizon is not None:
             horizons[age] = max(horizons.get(age, horizon), horizon)
-    return [
-        Run(age, tuple(sorted(members, key=lambda b: (b.min_key or b"", b.path))), horizons.get(age))
-        for age, members in sorted(files.items())
-    ]
+    return [Run(age, _by_min_key(members), horizons.get(age)) for age, members in sorted(files.items())]
+
+
+def _by_min_key(files: list[Block]) -> tuple[Block, ...]:
+    """Files by (min key, path): two stable sorts on plain keys, far faster than one on tuples."""
+    files.sort(key=lambda b: b.path)
+    files.sort(key=lambda b: b.min_key or b"")
+    return tuple(files)
 
 
 BoolArray = npt.NDArray[np.bool_]
