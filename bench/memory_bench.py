@@ -33,21 +33,24 @@ MB = 1 << 20
 CHUNK = 10_000
 
 
-def build_table(path: Path, files: int, seed: int = 5) -> None:
-    """A table whose log adds `files` files of 1,000 rows with random overlapping int64 key ranges."""
+def build_table(path: Path, files: int, seed: int = 5, chunk: int = CHUNK, run_files: int | None = None) -> None:
+    """A table whose log adds `files` files of 1,000 rows with random overlapping int64 key ranges, `chunk` files
+    per commit (delta-rs commits any number in one transaction); files are stamped as appends of `run_files`
+    files each (a millisecond apart; default: one stamp per commit)."""
     write_deltalake(str(path), pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.float64())}))
     set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     rng = np.random.default_rng(seed)
     now = int(time.time() * 1000)
-    for start in range(0, files, CHUNK):
-        lows = rng.integers(0, 10**12, CHUNK)
-        spans = rng.integers(1, 10**10, CHUNK)
+    for start in range(0, files, chunk):
+        size = min(chunk, files - start)
+        lows = rng.integers(0, 10**12, size)
+        spans = rng.integers(1, 10**10, size)
         actions: list[AddAction | RemoveAction] = [
             AddAction(
                 f"part-{start + i:07d}.parquet",
                 20_000,
                 {},
-                now,
+                now + (start + i) // (run_files or chunk),
                 True,
                 json.dumps(
                     {

@@ -7,6 +7,8 @@ key-range slices of at most max_task_bytes, one slice per disjoint range per rou
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -198,12 +200,16 @@ def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) 
     order: the first slice sorts them, and their rows beyond its range become narrow files of the absorbing
     run that later slices merge. What is left is resumed next round from the log (`decide_absorb`).
     """
-    remaining = sorted(files, key=lambda b: (b.min_key or b"", b.max_key or b"", b.path))
+    order = sorted(files, key=lambda b: b.path)  # by (min, max, path) in three stable sorts: far faster
+    order.sort(key=lambda b: b.max_key or b"")
+    order.sort(key=lambda b: b.min_key or b"")
+    mins = [b.min_key or b"" for b in order]
     slices: list[list[Block]] = []
-    while remaining and len(slices) < budget:
+    start = 0
+    while start < len(order) and len(slices) < budget:
         chosen: list[Block] = []
         total = 0
-        for block in remaining:
+        for block in itertools.islice(order, start, None):
             full = len(chosen) >= bounds.max_task_files or total + block.bytes > bounds.max_task_bytes
             if len(chosen) >= 2 and full:
                 break
@@ -211,7 +217,7 @@ def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) 
             total += block.bytes
         slices.append(chosen)
         top = max(b.max_key or b"" for b in chosen)
-        remaining = [b for b in remaining[len(chosen) :] if (b.min_key or b"") > top]
+        start = bisect.bisect_right(mins, top, lo=start + len(chosen))  # the next slice starts above this one
     return slices
 
 

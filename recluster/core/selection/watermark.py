@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import ROUND_FLOOR, Decimal
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -62,6 +62,9 @@ def first_value(block: Block, high: bool) -> Any:
 
 def position(value: Any) -> float | None:
     """A first-key value as a number on its axis (None: not subtractable, e.g. strings and booleans)."""
+    kind = type(value)
+    if kind is int or kind is float:  # the common case first: this runs for every file of a big table
+        return None if value != value else float(value)
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float | Decimal):
@@ -74,35 +77,31 @@ def position(value: Any) -> float | None:
     return None
 
 
-def learned_lag(older: Sequence[Block], appends: Sequence[Sequence[Block]]) -> tuple[float, float] | None:
-    """(lag, advance) the waiting appends show on the first key's axis: the largest lateness (largest key of
-    everything older minus the append's smallest key), and the mean share of its own range by which an append moved
-    the largest key forward. None when a value is not a number."""
-    older_range = axis_range(older)
-    if older_range is None:
-        return None
-    top = older_range[1]
+Span = tuple[float, float]
+
+
+def learned_lag(older: Span, appends: Sequence[Span]) -> tuple[float, float]:
+    """(lag, advance) the waiting appends (their first-key spans, oldest first) show after the `older` span: the
+    largest lateness (largest key of everything older minus the append's smallest key), and the mean share of its
+    own range by which an append moved the largest key forward."""
+    top = older[1]
     lag, advances = 0.0, []
-    for files in appends:
-        found = axis_range(files)
-        if found is None:
-            return None
-        low, high = found
+    for low, high in appends:
         lag = max(lag, top - low)
         advances.append(max(high - top, 0.0) / (high - low) if high > low else 0.0)
         top = max(top, high)
     return lag, float(np.mean(advances))
 
 
-def axis_range(blocks: Sequence[Block]) -> tuple[float, float] | None:
+def axis_range(blocks: Sequence[Block]) -> Span | None:
     """(smallest min, largest max) of the blocks' first key on its axis; None when a value is not a number."""
-    lows = [position(first_value(b, False)) for b in blocks]
-    highs = [position(first_value(b, True)) for b in blocks]
-    low = [p for p in lows if p is not None]
-    high = [p for p in highs if p is not None]
-    if not blocks or len(low) < len(blocks) or len(high) < len(blocks):
+    if not blocks:
         return None
-    return min(low), max(high)
+    lows = [position(b.min_values[0]) if b.min_values else None for b in blocks]
+    highs = [position(b.max_values[0]) if b.max_values else None for b in blocks]
+    if None in lows or None in highs:
+        return None
+    return min(cast(list[float], lows)), max(cast(list[float], highs))
 
 
 def value_at(position_value: float, like: Any) -> Any:
@@ -140,12 +139,15 @@ def decide_watermark(
     waiting = [b for files in appends for b in files]
     if not main or not waiting or any(b.curve_range is not None for b in (*main, *waiting)):
         return None  # a curve key orders by the curve value, not by its first column
-    learned = learned_lag(main, appends)
-    everything = [*main, *waiting]
-    span = axis_range(everything)
-    if learned is None or span is None or span[1] <= span[0]:
+    spans = [axis_range(files) for files in (main, *appends)]
+    if any(span is None for span in spans):
         return None
-    (lag, advance), (low, high) = learned, span
+    known: list[Span] = spans  # type: ignore[assignment]
+    low, high = min(lo for lo, _ in known), max(hi for _, hi in known)
+    if high <= low:
+        return None
+    lag, advance = learned_lag(known[0], known[1:])
+    everything = [*main, *waiting]
     if advance < MIN_ADVANCE or lag >= TIME_LIKE_LAG_SHARE * (high - low):
         return None
     like = next(first_value(b, True) for b in everything if position(first_value(b, True)) == high)
