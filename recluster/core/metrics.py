@@ -77,20 +77,21 @@ class DepthProfile:
 
 
 def _range_max(values: IntArray, lo: IntArray, hi: IntArray) -> IntArray:
-    """max(values[lo[i] .. hi[i]]) for all i at once, with a sparse table (O(n log n), vectorized)."""
-    table = [values]
-    span = 1
-    while 2 * span <= len(values):
-        previous = table[-1]
-        table.append(np.maximum(previous[: len(previous) - span], previous[span:]))
-        span *= 2
-    length = hi - lo + 1
-    level = np.floor(np.log2(length)).astype(np.int64)
-    result = np.empty(len(lo), dtype=values.dtype)
-    for k in np.unique(level):
-        mask = level == k
-        row = table[int(k)]
-        result[mask] = np.maximum(row[lo[mask]], row[hi[mask] - (1 << int(k)) + 1])
+    """max(values[lo[i] .. hi[i]]) for all i at once, with a sparse table (O(n log n), vectorized): row k holds the
+    maximum of each window of 2**k values; a query is the larger of two windows covering its range."""
+    n = len(values)
+    if len(lo) == 0:
+        return np.zeros(0, dtype=np.int64)
+    table = np.empty((max(n.bit_length(), 1), n), dtype=np.int64)
+    table[0] = values
+    span, rows = 1, 1
+    while 2 * span <= n:
+        width = n - 2 * span + 1
+        np.maximum(table[rows - 1, :width], table[rows - 1, span : span + width], out=table[rows, :width])
+        span, rows = 2 * span, rows + 1
+    level = np.frexp((hi - lo + 1).astype(np.float64))[1].astype(np.int64) - 1  # floor(log2(length)), exact
+    flat = table.ravel()
+    result: IntArray = np.maximum(flat[level * n + lo], flat[level * n + hi - (1 << level) + 1])
     return result
 
 
@@ -98,21 +99,26 @@ def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> Depth
     """Point depths, block depths and overlaps; blocks touching at one value overlap. O(n log n)."""
     n = len(min_keys)
     ranks, points = rank_keys([*min_keys, *max_keys])
-    lo, hi = ranks[:n], ranks[n:]
-    starts_at = np.bincount(lo, minlength=points)
-    ends_at = np.bincount(hi, minlength=points)
-    point_depth = np.cumsum(starts_at) - np.concatenate(([0], np.cumsum(ends_at)[:-1]))
+    return ranked_depth_profile(ranks[:n], ranks[n:], points)
+
+
+def ranked_depth_profile(lo: IntArray, hi: IntArray, points: int) -> DepthProfile:
+    """`depth_profile` from the blocks' point ranks among `points` ordered keys (a point no block starts or ends
+    at is allowed: it never starts a block, so it changes no figure)."""
+    n = len(lo)
+    starting_at_or_before = np.cumsum(np.bincount(lo, minlength=points))
+    ending_before = np.zeros(points + 1, dtype=np.int64)
+    np.cumsum(np.bincount(hi, minlength=points), out=ending_before[1:])
+    point_depth = starting_at_or_before - ending_before[:-1]
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return DepthProfile(lo, hi, point_depth, empty, empty)
     # Depth only rises at a block's min, so the maximum inside [lo, hi] sits at some block's min:
     # the range-maximum table needs only the distinct min points (at most n), indexed by rank.
-    is_start = starts_at > 0
+    is_start = np.diff(starting_at_or_before, prepend=0) > 0
     start_index = np.cumsum(is_start) - 1
     block_depth = _range_max(point_depth[is_start], start_index[lo], start_index[hi])
     # overlaps(b) = n - 1 - #(blocks starting after b ends) - #(blocks ending before b starts)
-    starting_at_or_before = np.cumsum(starts_at)
-    ending_before = np.concatenate(([0], np.cumsum(ends_at)))
     overlaps = n - 1 - (n - starting_at_or_before[hi]) - ending_before[lo]
     return DepthProfile(lo, hi, point_depth, block_depth.astype(np.int64), overlaps.astype(np.int64))
 
@@ -134,10 +140,12 @@ def bucket_label(bucket: int) -> str:
     return f"{bucket:05d}"
 
 
-def nearest_rank(sorted_values: npt.NDArray[Any], percent: float) -> int:
-    """Nearest-rank percentile of an ascending array (the smallest value with >= percent% at or below)."""
-    rank = math.ceil(percent / 100 * len(sorted_values))
-    return int(sorted_values[max(rank, 1) - 1])
+def nearest_rank(counts: IntArray, percent: float) -> int:
+    """Nearest-rank percentile of values given as counts (counts[v] values equal to v): the smallest value with
+    >= percent% of all at or below."""
+    cumulative = np.cumsum(counts)
+    rank = max(math.ceil(percent / 100 * int(cumulative[-1])), 1)
+    return int(np.searchsorted(cumulative, rank))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,18 +179,24 @@ class ClusteringMetrics:
 
 
 class BlockSet:
-    """Blocks as parallel key lists plus running totals: O(1) to add or remove a block (swap-remove),
-    so recomputing a big level's metrics after a small commit costs only the vectorized depth sweep."""
+    """One level's blocks, kept ready for its metrics: the distinct keys sorted (with how many block ends sit on
+    each) and every clustered block's point ranks, updated per commit in time linear in the level's size with
+    small constants (vectorized rank shifts, no sort), so a small commit on a big level costs only the depth sweep.
+    """
 
     def __init__(self, blocks: Iterable[Block] = ()) -> None:
         self._clustered: list[Block] = []
-        self._min_keys: list[bytes] = []
-        self._max_keys: list[bytes] = []
         self._position: dict[str, int] = {}
         self._unclustered: dict[str, Block] = {}
+        self._lo = np.zeros(0, dtype=np.int64)
+        self._hi = np.zeros(0, dtype=np.int64)
+        self._points: npt.NDArray[np.object_] = np.empty(0, dtype=object)
+        """The distinct min/max keys of the clustered blocks, ascending."""
+        self._ends = np.zeros(0, dtype=np.int64)
+        """How many block minimums and maximums sit on each point (points with none are dropped once they are a
+        quarter of all: until then they only cost a slot; ranks need not be dense)."""
         self.rows = self.bytes = self.constants = 0
-        for block in blocks:
-            self.add(block)
+        self.update(blocks, ())
 
     def __len__(self) -> int:
         return len(self._clustered) + len(self._unclustered)
@@ -199,43 +213,75 @@ class BlockSet:
         self.bytes += sign * block.bytes
         self.constants += sign * block.constant
 
-    def add(self, block: Block) -> None:
-        """Add (or replace) a block."""
-        self.remove(block.path)
-        self._count(block, 1)
-        if not block.clustered:
-            self._unclustered[block.path] = block
-            return
-        self._position[block.path] = len(self._clustered)
-        self._clustered.append(block)
-        self._min_keys.append(block.min_key)  # type: ignore[arg-type]
-        self._max_keys.append(block.max_key)  # type: ignore[arg-type]
+    def update(self, added: Iterable[Block], removed: Iterable[str]) -> None:
+        """Remove `removed` (unknown paths are ignored), then add `added` (a path already here is replaced)."""
+        new = list({b.path: b for b in added}.values())
+        for path in {*removed, *(b.path for b in new)}:
+            self._remove(path)
+        for block in new:
+            self._count(block, 1)
+        for block in new:
+            if not block.clustered:
+                self._unclustered[block.path] = block
+        self._add_clustered([b for b in new if b.clustered])
 
-    def remove(self, path: str) -> bool:
-        """Remove a block by path; False when it is not here."""
+    def _remove(self, path: str) -> None:
         if path in self._unclustered:
             self._count(self._unclustered.pop(path), -1)
-            return True
+            return
         index = self._position.pop(path, None)
         if index is None:
-            return False
+            return
         self._count(self._clustered[index], -1)
+        self._ends[self._lo[index]] -= 1
+        self._ends[self._hi[index]] -= 1
         last = len(self._clustered) - 1
         if index != last:  # move the last block into the hole
             moved = self._clustered[last]
             self._clustered[index] = moved
-            self._min_keys[index] = self._min_keys[last]
-            self._max_keys[index] = self._max_keys[last]
+            self._lo[index], self._hi[index] = self._lo[last], self._hi[last]
             self._position[moved.path] = index
         self._clustered.pop()
-        self._min_keys.pop()
-        self._max_keys.pop()
-        return True
+        self._lo, self._hi = self._lo[:last], self._hi[:last]
+
+    def _add_clustered(self, blocks: list[Block]) -> None:
+        """Insert the new blocks' new keys (and drop unused points when they are many), moving every rank to its
+        new place with one gather: no sort, no search per block."""
+        count, points, ends = len(blocks), self._points, self._ends
+        keys = np.empty(2 * count, dtype=object)  # object arrays: numpy compares the bytes as Python does
+        keys[:count] = [b.min_key for b in blocks]
+        keys[count:] = [b.max_key for b in blocks]
+        at = np.searchsorted(points, keys)
+        found = at < len(points)
+        found[found] = points[at[found]] == keys[found]
+        keep = ends > 0
+        keep[at[found]] = True
+        if np.count_nonzero(keep) * 4 > len(points) * 3:  # few unused points: they stay (no block end, no depth)
+            keep[:] = True
+        fresh = np.array(sorted(set(keys[~found].tolist())), dtype=object)
+        if len(fresh) or not keep.all():
+            places = np.searchsorted(points, fresh)
+            kept_before = np.concatenate(([0], np.cumsum(keep)))
+            inserted_up_to = np.cumsum(np.bincount(places, minlength=len(points) + 1))
+            new_place = kept_before[:-1] + inserted_up_to[:-1]
+            self._lo, self._hi = new_place[self._lo], new_place[self._hi]
+            at_fresh = kept_before[places]  # np.insert puts fresh[j] before kept point at_fresh[j]: place + j
+            self._points = np.insert(points if keep.all() else points[keep], at_fresh, fresh)
+            self._ends = np.insert(ends[keep], at_fresh, 0)
+        if not count:
+            return
+        ranks = np.searchsorted(self._points, keys).astype(np.int64)
+        np.add.at(self._ends, ranks, 1)
+        for offset, block in enumerate(blocks):
+            self._position[block.path] = len(self._clustered) + offset
+        self._clustered.extend(blocks)
+        self._lo = np.concatenate([self._lo, ranks[:count]])
+        self._hi = np.concatenate([self._hi, ranks[count:]])
 
     def metrics(self) -> ClusteringMetrics:
+        profile = ranked_depth_profile(self._lo, self._hi, len(self._points)) if self._clustered else None
         return summarize(
-            self._min_keys,
-            self._max_keys,
+            profile,
             blocks=len(self),
             constants=self.constants,
             unclustered=len(self._unclustered),
@@ -245,8 +291,7 @@ class BlockSet:
 
 
 def summarize(
-    min_keys: Sequence[bytes],
-    max_keys: Sequence[bytes],
+    profile: DepthProfile | None,
     *,
     blocks: int,
     constants: int,
@@ -254,7 +299,7 @@ def summarize(
     rows: int,
     nbytes: int,
 ) -> ClusteringMetrics:
-    """The metrics from the clustered blocks' keys and the totals: the one place they are computed."""
+    """The metrics from the clustered blocks' depth profile and the totals: the one place they are computed."""
     totals = {
         "total_block_count": blocks,
         "constant_block_count": constants,
@@ -262,7 +307,7 @@ def summarize(
         "total_rows": rows,
         "total_bytes": nbytes,
     }
-    if not min_keys:
+    if profile is None or not len(profile.block_depth):
         return ClusteringMetrics(
             **totals,
             average_overlaps=0.0,
@@ -271,19 +316,23 @@ def summarize(
             p99_depth=1,
             block_depth_histogram={},
         )
-    profile = depth_profile(min_keys, max_keys)
-    depths = np.sort(profile.block_depth)
-    per_depth_values, per_depth_counts = np.unique(depths, return_counts=True)
+    counts = np.bincount(profile.block_depth)
+    cumulative, top = np.cumsum(counts), len(counts) - 1
     histogram: dict[int, int] = {}
-    for depth, count in zip(per_depth_values.tolist(), per_depth_counts.tolist(), strict=True):
-        bucket = histogram_bucket(depth)
-        histogram[bucket] = histogram.get(bucket, 0) + count
+    bucket, below = 1, 0
+    while True:  # one step per bucket (about 16 + log2(deepest)), not per distinct depth
+        up_to = int(cumulative[min(bucket, top)])
+        if up_to > below:
+            histogram[bucket] = up_to - below
+        if bucket >= top:
+            break
+        bucket, below = histogram_bucket(bucket + 1), up_to
     return ClusteringMetrics(
         **totals,
         average_overlaps=float(profile.overlaps.mean()),
-        average_depth=float(depths.mean()),
-        p95_depth=nearest_rank(depths, 95),
-        p99_depth=nearest_rank(depths, 99),
+        average_depth=float(profile.block_depth.mean()),
+        p95_depth=nearest_rank(counts, 95),
+        p99_depth=nearest_rank(counts, 99),
         block_depth_histogram={bucket_label(b): histogram[b] for b in sorted(histogram)},
     )
 
@@ -295,8 +344,7 @@ def clustering_metrics(blocks: Iterable[Block]) -> ClusteringMetrics:
     min_keys: list[bytes] = [b.min_key for b in clustered]  # type: ignore[misc]
     max_keys: list[bytes] = [b.max_key for b in clustered]  # type: ignore[misc]
     return summarize(
-        min_keys,
-        max_keys,
+        depth_profile(min_keys, max_keys) if clustered else None,
         blocks=len(members),
         constants=sum(map(bytes.__eq__, min_keys, max_keys)),
         unclustered=len(members) - len(clustered),
@@ -352,25 +400,28 @@ class ClusteringState:
 
     def apply(self, added: Iterable[Block], removed: Iterable[str]) -> frozenset[int]:
         """Apply one commit; returns the levels it changed. Removing an unknown path is a no-op."""
-        touched: set[int] = set()
+        gone: dict[int, set[str]] = {}
+        new: dict[int, dict[str, Block]] = {}
         for path in removed:
             level = self._level_of.pop(path, None)
             if level is not None:
-                self._levels[level].remove(path)
-                touched.add(level)
+                gone.setdefault(level, set()).add(path)
         for block in added:
             previous = self._level_of.get(block.path)
-            if previous is not None and previous != block.level:  # a re-added path replaces its old entry
-                self._levels[previous].remove(block.path)
-                touched.add(previous)
-            self._levels.setdefault(block.level, BlockSet()).add(block)
+            if previous is not None and previous != block.level:  # a re-added path leaves its old level
+                if new.get(previous, {}).pop(block.path, None) is None:
+                    gone.setdefault(previous, set()).add(block.path)
+                else:
+                    new.setdefault(previous, {})
+            new.setdefault(block.level, {})[block.path] = block
             self._level_of[block.path] = block.level
-            touched.add(block.level)
+        touched = frozenset(gone) | frozenset(new)
         for level in touched:
+            self._levels.setdefault(level, BlockSet()).update(new.get(level, {}).values(), gone.get(level, ()))
             self._cached.pop(level, None)
-            if not self._levels.get(level, True):
+            if not self._levels[level]:
                 del self._levels[level]
-        return frozenset(touched)
+        return touched
 
     @property
     def blocks(self) -> list[Block]:
