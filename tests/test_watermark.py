@@ -20,6 +20,7 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recluster.core.selection import time_like_decisions
 from recluster.core.selection.absorb import decide_absorb, recover_runs
 from recluster.core.selection.plan import Reason
 from recluster.delta.log_writer import set_table_properties
@@ -70,6 +71,7 @@ def test_watermark_absorbs_lose_nothing_and_keep_the_main_run_sorted_and_cut(
         everything.append(late_batch(rng, index, rows, share, lateness))
         table.append(everything[-1])
         plan = table.plan(bounds)
+        assert time_like_decisions(list(table.blocks.values()), bounds) == plan.watermarks  # what info shows
         for task in plan.tasks:
             written = table.merge(task)
             cuts = [c for _, d in plan.watermarks if d.cut for c in (d.watermark,)]

@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 from recluster.core.blocks import Partition
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringInfo, clustering_info
-from recluster.core.selection import select_merge_tasks
+from recluster.core.selection import time_like_decisions
 from recluster.core.selection.plan import Policy, SelectionBounds, WatermarkDecision
 from recluster.delta.snapshot import TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
 from recluster.delta.storage import normalize_uri
@@ -113,5 +113,5 @@ def table_info(
     bounds = selection_bounds(settings, snapshot, None)
     # only `absorb` makes time-like decisions: a `levels` table is not planned just to show none
     absorb = bounds.policy is Policy.ABSORB
-    time_like = select_merge_tasks(uri, snapshot.version, snapshot.blocks, bounds).watermarks if absorb else ()
+    time_like = time_like_decisions(snapshot.blocks, bounds) if absorb else ()
     return TableInfo(snapshot, clustering_info(snapshot.blocks, snapshot.key), time_like)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block, Partition
-from recluster.core.selection.absorb import absorb_tasks, effective_beta
+from recluster.core.selection.absorb import absorb_tasks, decide_absorb, effective_beta, recover_runs
 from recluster.core.selection.levels import levels_tasks
 from recluster.core.selection.plan import (
     MergeTask,
@@ -31,11 +31,9 @@ def select_merge_tasks(
     """Plan one round over a snapshot's blocks with `bounds.policy` (see the module docstring)."""
     tasks: list[MergeTask] = []
     skipped: list[Skipped] = []
-    live = [b for b in blocks if b.level != LEVEL_CONSTANT]
-    older = [b for b in live if b.key_fingerprint not in (None, bounds.key_fingerprint)]
-    if older and not final:
-        skipped.append(Skipped(Reason.OLDER_KEY, len(older), "not sorted by the current key; run FINAL"))
-        live = [b for b in live if b.key_fingerprint in (None, bounds.key_fingerprint)]
+    live, older = _live_blocks(blocks, bounds, final)
+    if older:
+        skipped.append(Skipped(Reason.OLDER_KEY, older, "not sorted by the current key; run FINAL"))
     absorb = bounds.policy is Policy.ABSORB and not final
     oversized = 0
     betas: list[float] = []
@@ -75,3 +73,29 @@ def select_merge_tasks(
         beta=min(betas) if betas else (bounds.beta if absorb else None),
         watermarks=tuple(watermarks),
     )
+
+
+def _live_blocks(blocks: Sequence[Block], bounds: SelectionBounds, final: bool) -> tuple[list[Block], int]:
+    """The blocks a round may merge, and how many it leaves because they are sorted by an older key (FINAL
+    takes those too)."""
+    live = [b for b in blocks if b.level != LEVEL_CONSTANT]
+    if final:
+        return live, 0
+    current = [b for b in live if b.key_fingerprint in (None, bounds.key_fingerprint)]
+    return current, len(live) - len(current)
+
+
+def time_like_decisions(
+    blocks: Sequence[Block], bounds: SelectionBounds
+) -> tuple[tuple[Partition, WatermarkDecision], ...]:
+    """The watermark decision of each time-like partition, as an `absorb` round takes it, without building the
+    round's tasks (what `info` shows: on a big table slicing the absorb would cost more than deciding it)."""
+    live, _ = _live_blocks(blocks, bounds, final=False)
+    decisions = []
+    for partition, members in sorted(partitions_of(live).items(), key=lambda item: str(item[0])):
+        clustered = [b for b in members if b.clustered]
+        if len(clustered) >= 2:
+            _, decision = decide_absorb(recover_runs(clustered), effective_beta(clustered, bounds), bounds.target_rows)
+            if decision is not None:
+                decisions.append((partition, decision))
+    return tuple(decisions)
