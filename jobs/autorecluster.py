@@ -74,5 +74,6 @@ def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float 
     while not handler.idle.wait(timeout=0.2) and time.monotonic() < deadline:
         pass
     query.stop()
+    handler.flush_history()
     if handler.metrics is not None:
         handler.metrics.close()

@@ -148,3 +148,33 @@ def test_quiet_until_is_the_next_interval_trigger() -> None:
     assert pending_optimizing(fragments, config, history, now=until - 1).type is None
     assert pending_optimizing(fragments, config, history, now=until).type is ProcessType.MINOR
     assert quiet_until(single, config, history) == math.inf  # one file: no interval trigger has work
+
+
+def test_history_rows_are_written_by_the_tick_not_by_the_work_that_makes_them(tmp_path: Path) -> None:
+    """The job's history store defers its writes: rows appended (from a micro-batch or the maintenance pass) are in
+    the summaries at once and reach the history table only when a tick flushes them, in one commit; a failed flush
+    keeps them."""
+    from recluster.delta.history import read_rows
+
+    handler = handler_with_tables(tmp_path, 2)
+    history = handler.history
+    assert history is not None and history.deferred
+    before = read_rows(history.location, history.storage_options)
+    count_before = 0 if before is None else before.num_rows
+    with handler.lock:  # what a micro-batch holds: the rows its processes append stay in memory
+        handler.tick()  # (a tick skips scheduling while the lock is held, and maintains outside it)
+    rows = [r for r in history.records() if r.type is ProcessType.MAINTENANCE]
+    assert len(rows) == 4  # two tables, a start row and an end row each
+    written = read_rows(history.location, history.storage_options)
+    assert written is not None and written.num_rows == count_before + 4  # the tick flushed them, once
+    history.append(rows[0])  # as a micro-batch's process does: in the summaries, not yet in the table
+    assert len(history.records()) == len(rows) + 1
+    unflushed = read_rows(history.location, history.storage_options)
+    assert unflushed is not None and unflushed.num_rows == count_before + 4
+    good_location = history.location
+    history.location = str(tmp_path / "not-a-dir" / "\0bad")
+    handler.flush_history()  # logged, not raised; the row is kept
+    history.location = good_location
+    assert history.flush() == 1
+    again = read_rows(history.location, history.storage_options)
+    assert again is not None and again.num_rows == count_before + 5

@@ -149,12 +149,17 @@ def prune(records: Sequence[ProcessRecord], *, keep_after: float, stale_seconds:
 @dataclass
 class HistoryStore:
     """Appends process rows to the history table and keeps, in memory, the rows summaries need (read once;
-    a long-running job prunes what fell out of the window, so memory stays bounded)."""
+    a long-running job prunes what fell out of the window, so memory stays bounded).
+
+    `deferred`: appended rows are kept in memory (summaries see them at once) and written by `flush`, in one
+    commit: the streaming job flushes from its tick, so no micro-batch waits for a history write."""
 
     location: str
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     window_seconds: float = 3600.0
+    deferred: bool = False
     _records: list[ProcessRecord] | None = field(default=None, repr=False)
+    _unwritten: list[ProcessRecord] = field(default_factory=list, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     """Micro-batches and the maintenance pass append from different threads."""
 
@@ -167,8 +172,26 @@ class HistoryStore:
 
     def append(self, *records: ProcessRecord) -> None:
         with self._lock:
-            append_rows(self.location, records_to_arrow(records), self.storage_options)
+            if self.deferred:
+                self._unwritten.extend(records)
+            else:
+                append_rows(self.location, records_to_arrow(records), self.storage_options)
             kept = self.records() + list(records)
             self._records = prune(
                 kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS
             )
+
+    def flush(self) -> int:
+        """Write the deferred rows in one commit (outside the lock: appends go on meanwhile); returns how many.
+        A failed write keeps them for the next flush."""
+        with self._lock:
+            rows, self._unwritten = self._unwritten, []
+        if not rows:
+            return 0
+        try:
+            append_rows(self.location, records_to_arrow(rows), self.storage_options)
+        except BaseException:
+            with self._lock:
+                self._unwritten[:0] = rows
+            raise
+        return len(rows)

@@ -85,7 +85,7 @@ class ReclusterHandler:
         kafka = settings.kafka
         self.metrics = BufferedPublisher(kafka, kafka.metrics_topic) if kafka.metrics_topic else None
         self.skipped_events = 0
-        self.history = history_store(settings)
+        self.history = history_store(settings, deferred=True)  # written by `tick`, outside micro-batches
         self.lock = threading.Lock()
         """Serializes micro-batches and `tick` (they run on different threads)."""
         self.last_tick = 0.0
@@ -164,6 +164,14 @@ class ReclusterHandler:
                     self.lock.release()
                 self._publish_records(records)
             self._maintain_due()  # outside the lock: micro-batches never wait for maintenance
+            self.flush_history()
+
+    def flush_history(self) -> None:
+        """Write the history rows kept since the last flush (a failed write keeps them for the next)."""
+        try:
+            self.history.flush()
+        except (TableError, OSError) as error:
+            log.error("recluster history=%s error=%s", self.history.location, error)
 
     def _publish_records(self, records: Sequence[MetricsRecord]) -> None:
         if self.metrics is not None and records:

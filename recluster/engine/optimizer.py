@@ -77,11 +77,12 @@ class OptimizeResult:
         }
 
 
-def history_store(settings: Settings) -> HistoryStore:
+def history_store(settings: Settings, *, deferred: bool = False) -> HistoryStore:
     return HistoryStore(
         history_location(settings),
         dict(settings.storage_options),
         window_seconds=settings.self_optimizing.quota_window_seconds,
+        deferred=deferred,
     )
 
 

@@ -7,7 +7,6 @@ key-range slices of at most max_task_bytes, one slice per disjoint range per rou
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -200,13 +199,15 @@ def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) 
     order: the first slice sorts them, and their rows beyond its range become narrow files of the absorbing
     run that later slices merge. What is left is resumed next round from the log (`decide_absorb`).
     """
-    order = sorted(files, key=lambda b: b.path)  # by (min, max, path) in three stable sorts: far faster
-    order.sort(key=lambda b: b.max_key or b"")
-    order.sort(key=lambda b: b.min_key or b"")
-    mins = [b.min_key or b"" for b in order]
+    count = len(files)
+    ranks, _ = rank_keys([b.min_key or b"" for b in files] + [b.max_key or b"" for b in files])
+    # by min, then max; ties keep the given order (deterministic: runs by age, each by min key and path)
+    index = np.lexsort((ranks[count:], ranks[:count]))
+    order = [files[i] for i in index.tolist()]
+    mins, maxes = ranks[:count][index], ranks[count:][index]
     slices: list[list[Block]] = []
     start = 0
-    while start < len(order) and len(slices) < budget:
+    while start < count and len(slices) < budget:
         chosen: list[Block] = []
         total = 0
         for block in itertools.islice(order, start, None):
@@ -216,8 +217,8 @@ def absorb_slices(files: Sequence[Block], bounds: SelectionBounds, budget: int) 
             chosen.append(block)
             total += block.bytes
         slices.append(chosen)
-        top = max(b.max_key or b"" for b in chosen)
-        start = bisect.bisect_right(mins, top, lo=start + len(chosen))  # the next slice starts above this one
+        end = start + len(chosen)
+        start = max(end, int(np.searchsorted(mins, maxes[start:end].max(), side="right")))  # above this slice
     return slices
 
 

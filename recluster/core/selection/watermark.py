@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import ROUND_FLOOR, Decimal
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from recluster.core.blocks import Block
 from recluster.core.metrics import mean_block_depth
@@ -78,6 +79,7 @@ def position(value: Any) -> float | None:
 
 
 Span = tuple[float, float]
+FloatArray = npt.NDArray[np.float64]
 
 
 def learned_lag(older: Span, appends: Sequence[Span]) -> tuple[float, float]:
@@ -93,15 +95,22 @@ def learned_lag(older: Span, appends: Sequence[Span]) -> tuple[float, float]:
     return lag, float(np.mean(advances))
 
 
-def axis_range(blocks: Sequence[Block]) -> Span | None:
-    """(smallest min, largest max) of the blocks' first key on its axis; None when a value is not a number."""
-    if not blocks:
-        return None
-    lows = [position(b.min_values[0]) if b.min_values else None for b in blocks]
-    highs = [position(b.max_values[0]) if b.max_values else None for b in blocks]
-    if None in lows or None in highs:
-        return None
-    return min(cast(list[float], lows)), max(cast(list[float], highs))
+def first_positions(blocks: Sequence[Block]) -> tuple[FloatArray, FloatArray] | None:
+    """Each block's first-key minimum and maximum on its axis; None when a value is not a number."""
+    found = []
+    for values in (
+        [b.min_values[0] if b.min_values else None for b in blocks],
+        [b.max_values[0] if b.max_values else None for b in blocks],
+    ):
+        if not all(type(v) is int or type(v) is float for v in values):  # else: the plain numbers, at once
+            values = [position(v) for v in values]
+            if None in values:
+                return None
+        array = np.array(values, dtype=np.float64)
+        if np.isnan(array).any():
+            return None
+        found.append(array)
+    return found[0], found[1]
 
 
 def value_at(position_value: float, like: Any) -> Any:
@@ -117,18 +126,11 @@ def value_at(position_value: float, like: Any) -> Any:
     return position_value
 
 
-def rows_below(blocks: Sequence[Block], cut: float) -> float:
+def rows_below(lows: FloatArray, highs: FloatArray, rows: FloatArray, cut: float) -> float:
     """Rows under `cut`, each file's rows spread evenly over its first-key range (an estimate from the stats)."""
-    total = 0.0
-    for block in blocks:
-        low, high = position(first_value(block, False)), position(first_value(block, True))
-        if low is None or high is None:
-            continue
-        if high <= low:
-            total += block.rows if low < cut else 0
-        else:
-            total += block.rows * min(max((cut - low) / (high - low), 0.0), 1.0)
-    return total
+    width = highs - lows
+    spread = np.clip((cut - lows) / np.where(width > 0, width, 1.0), 0.0, 1.0)
+    return float((rows * np.where(width > 0, spread, lows < cut)).sum())
 
 
 def decide_watermark(
@@ -139,24 +141,30 @@ def decide_watermark(
     waiting = [b for files in appends for b in files]
     if not main or not waiting or any(b.curve_range is not None for b in (*main, *waiting)):
         return None  # a curve key orders by the curve value, not by its first column
-    spans = [axis_range(files) for files in (main, *appends)]
-    if any(span is None for span in spans):
+    everything = [*main, *waiting]
+    positions, head = first_positions(everything), first_positions(overlapped)
+    if positions is None or head is None:
         return None
-    known: list[Span] = spans  # type: ignore[assignment]
-    low, high = min(lo for lo, _ in known), max(hi for _, hi in known)
+    lows, highs = positions
+    starts = np.cumsum([0, len(main), *(len(files) for files in appends)])[:-1]
+    run_lows, run_highs = np.minimum.reduceat(lows, starts).tolist(), np.maximum.reduceat(highs, starts).tolist()
+    spans = list(zip(run_lows, run_highs, strict=True))
+    low, high = float(lows.min()), float(highs.max())
     if high <= low:
         return None
-    lag, advance = learned_lag(known[0], known[1:])
-    everything = [*main, *waiting]
+    lag, advance = learned_lag(spans[0], spans[1:])
     if advance < MIN_ADVANCE or lag >= TIME_LIKE_LAG_SHARE * (high - low):
         return None
-    like = next(first_value(b, True) for b in everything if position(first_value(b, True)) == high)
+    like = first_value(everything[int(np.argmax(highs))], True)
     watermark = high - lag
     per_append = sum(b.rows for b in waiting) / len(appends)
     head_rows = sum(b.rows for b in waiting) + sum(b.rows for b in overlapped)
     threshold = RENT_SHARE * max(head_rows, HEAD_FLOOR_FILES * (target_rows or 0)) / max(per_append, 1.0)
     accumulator = accumulated_depth(main, appends, threshold)
-    closing = rows_below([*waiting, *overlapped], watermark)
+    waiting_rows = np.array([b.rows for b in waiting], dtype=np.float64)
+    head_file_rows = np.array([b.rows for b in overlapped], dtype=np.float64)
+    closing = rows_below(lows[len(main) :], highs[len(main) :], waiting_rows, watermark)
+    closing += rows_below(head[0], head[1], head_file_rows, watermark)
     cut = target_rows is not None and closing >= MIN_CLOSED_SHARE * target_rows
     reason = Reason.WATERMARK_ABSORB if accumulator >= threshold else Reason.WATERMARK_RENT
     lag_value = value_at(high, like) - value_at(watermark, like) if not isinstance(like, float) else lag
