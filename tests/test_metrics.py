@@ -6,6 +6,7 @@ strings by UTF-8 bytes), never on encoded bytes, and is O(n^2): for every block 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import random
@@ -16,13 +17,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block
-from recluster.core.keys import KeyColumn, KeyType, encode_key
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_key
 from recluster.core.metrics import (
+    BlockSet,
     ClusteringInfo,
     ClusteringState,
     bucket_label,
@@ -33,6 +35,7 @@ from recluster.core.metrics import (
     nearest_rank,
     rank_keys,
 )
+from recluster.core.pruning import column_scan_fractions
 from tests.helpers import EMPTY_METRICS, FAST, LIGHT, METRIC_KEYS
 
 INT_KEY = [KeyColumn("k", KeyType.INTEGER)]
@@ -440,7 +443,10 @@ def test_nearest_rank_matches_integer_formula() -> None:
     for n in range(1, 1500):
         values = np.arange(1, n + 1)
         for percent in (1, 50, 95, 99, 100):
-            assert nearest_rank(np.bincount(values), percent) == _percentile(list(range(1, n + 1)), percent), (n, percent)
+            assert nearest_rank(np.bincount(values), percent) == _percentile(list(range(1, n + 1)), percent), (
+                n,
+                percent,
+            )
 
 
 # --- depth_profile and rank_keys --------------------------------------------------------------------------
@@ -637,3 +643,81 @@ class StateMachine(RuleBasedStateMachine):
 
 TestClusteringState = StateMachine.TestCase
 TestClusteringState.settings = settings(max_examples=30, stateful_step_count=12, deadline=None)
+
+
+# --- column scan fractions ----------------------------------------------------------------------------------------
+
+_scan_values = {
+    KeyType.INTEGER: st.one_of(st.none(), st.integers(-50, 50)),
+    KeyType.FLOAT: st.one_of(st.none(), st.just(math.nan), st.floats(-50, 50)),
+    KeyType.DATE: st.one_of(st.none(), st.dates(dt.date(2020, 1, 1), dt.date(2020, 3, 1))),
+    KeyType.STRING: st.one_of(st.none(), st.sampled_from(["", "a", "ab", "b", "c"])),
+}
+
+
+@FAST
+@given(
+    st.sampled_from(sorted(_scan_values)).flatmap(
+        lambda kind: st.tuples(
+            st.just(kind), st.lists(st.tuples(_scan_values[kind], _scan_values[kind]), min_size=1, max_size=12)
+        )
+    ),
+    st.integers(0, 3),
+)
+def test_column_scan_fractions_equal_a_brute_force_count(
+    case: tuple[KeyType, list[tuple[Any, Any]]], bare: int
+) -> None:
+    """Per column, the mean over the points (range midpoints for ordered numbers, minimums otherwise) of the share
+    of files whose stats contain the point, files without usable stats read always; `bare` files have no stats."""
+    kind, ranges = case
+    column = KeyColumn("c", kind)
+    blocks = [Block(f"f{i}", 1, 1, b"\x01", b"\x01", (lo,), (hi,)) for i, (lo, hi) in enumerate(ranges)] + [
+        Block(f"bare{i}", 1, 1, None, None) for i in range(bare)
+    ]
+
+    def usable(value: Any) -> bool:
+        return value is not None and value == value
+
+    def number(value: Any) -> Any:
+        return (value - dt.date(1970, 1, 1)).days if isinstance(value, dt.date) else value
+
+    good = [(number(lo), number(hi)) for lo, hi in ranges if usable(lo) and usable(hi) and number(lo) <= number(hi)]
+    assume(len(good) == sum(usable(lo) and usable(hi) for lo, hi in ranges))  # stats are ordered
+    scan = column_scan_fractions(blocks, ClusterKey((column,)))
+    total = len(blocks)
+    if not good:
+        assert scan == {"c": 1.0}
+        return
+    points = [(lo + hi) / 2 for lo, hi in good] if kind is not KeyType.STRING else [lo for lo, _ in good]
+    reads = [sum(lo <= p <= hi for lo, hi in good) + total - len(good) for p in points]
+    assert scan["c"] == pytest.approx(sum(reads) / len(reads) / total)
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.one_of(st.none(), st.integers(-20, 20)), st.integers(-20, 20)), max_size=6),
+            st.lists(st.integers(0, 40), max_size=4),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.booleans(),
+)
+def test_block_set_equals_a_full_recompute_through_every_key_form(
+    commits: list[tuple[list[tuple[int | None, int]], list[int]]], partitioned: bool
+) -> None:
+    """A level's incremental metrics equal a full recompute after every commit, while its keys are all one 8-byte
+    value (held as numbers), once a NULL minimum or a partition prefix turns them into bytes, and across that turn."""
+    block_set = BlockSet()
+    made = 0
+    for added, removed in commits:
+        blocks = []
+        for low, high in added:
+            prefix = b"\x01p\x00\x00" if partitioned and made % 3 == 2 else b""
+            low_key = encode_key((low,), INT_KEY, prefix) if low is None or low <= high else None
+            blocks.append(Block(f"b{made}", 1, 1, low_key, encode_key((high,), INT_KEY, prefix) if low_key else None))
+            made += 1
+        block_set.update(blocks, [f"b{i}" for i in removed])
+        assert block_set.metrics() == clustering_metrics(list(block_set))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from recluster.core.blocks import Block
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable_bounds, comparable_values
@@ -22,6 +23,9 @@ from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable_bound
 BOUND_POINTS = 100
 """Points taken from a curve's bounds per column (every tenth of 1,000 ranges)."""
 
+Values = Sequence[Any] | npt.NDArray[np.float64]
+
+_AS_FLOATS = (KeyType.INTEGER, KeyType.FLOAT)
 _NUMERIC = (KeyType.INTEGER, KeyType.FLOAT, KeyType.DECIMAL, KeyType.DATE, KeyType.TIMESTAMP, KeyType.BOOLEAN)
 
 
@@ -29,25 +33,36 @@ def _usable(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def _points(lows: Sequence[Any], highs: Sequence[Any], column: KeyColumn, bounds: Sequence[Any] | None) -> list[Any]:
+def _points(lows: Values, highs: Values, column: KeyColumn, bounds: Sequence[Any] | None) -> Values:
     if bounds:
         step = max(1, len(bounds) // BOUND_POINTS)
         return list(bounds[step // 2 :: step])
     if column.type in _NUMERIC:
-        return [(low + high) / 2 for low, high in zip(lows, highs, strict=True)]
+        midpoints: npt.NDArray[np.float64] = (np.asarray(lows, np.float64) + np.asarray(highs, np.float64)) / 2
+        return midpoints
     return list(lows)
 
 
-def _reads(lows: list[Any], highs: list[Any], points: list[Any], numeric: bool) -> float:
+def _reads(lows: Values, highs: Values, points: Values, numeric: bool) -> float:
     """Files whose range contains each point, summed: numbers in float64 with numpy, others by bisection."""
     if numeric:
         low_array, high_array = np.sort(np.asarray(lows, np.float64)), np.sort(np.asarray(highs, np.float64))
         at = np.sort(np.asarray(points, np.float64))  # sorted queries search far faster
         inside = np.searchsorted(low_array, at, "right") - np.searchsorted(high_array, at, "left")
         return float(inside.sum())
-    lows.sort()
-    highs.sort()
-    return float(sum(bisect.bisect_right(lows, p) - bisect.bisect_left(highs, p) for p in points))
+    low_list, high_list = sorted(lows), sorted(highs)
+    return float(sum(bisect.bisect_right(low_list, p) - bisect.bisect_left(high_list, p) for p in points))
+
+
+def _usable_ranges(lows: Sequence[Any], highs: Sequence[Any], column: KeyColumn) -> tuple[Values, Values]:
+    """The (comparable) ranges with a usable minimum and maximum: integers and floats as float64 arrays at once
+    (None and NaN both become NaN), other types value by value."""
+    if column.type in _AS_FLOATS:
+        low_array, high_array = np.array(lows, dtype=np.float64), np.array(highs, dtype=np.float64)
+        usable = ~(np.isnan(low_array) | np.isnan(high_array))
+        return low_array[usable], high_array[usable]
+    pairs = [(low, high) for low, high in zip(lows, highs, strict=True) if _usable(low) and _usable(high)]
+    return comparable_values([p[0] for p in pairs], column), comparable_values([p[1] for p in pairs], column)
 
 
 def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[str, float]:
@@ -57,17 +72,16 @@ def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[s
         return {}
     curve_bounds = comparable_bounds(key.bounds, key.columns) if key.bounds is not None else None
     ranged = [b for b in blocks if b.min_values and b.max_values]
+    empty: list[tuple[Any, ...]] = [()] * len(key.columns)
+    column_lows = list(zip(*(b.min_values for b in ranged), strict=True)) or empty
+    column_highs = list(zip(*(b.max_values for b in ranged), strict=True)) or empty
     result: dict[str, float] = {}
     for index, column in enumerate(key.columns):
-        pairs = [(b.min_values[index], b.max_values[index]) for b in ranged]  # type: ignore[index]
-        usable = [(low, high) for low, high in pairs if _usable(low) and _usable(high)]
-        lows = comparable_values([low for low, _ in usable], column)
-        highs = comparable_values([high for _, high in usable], column)
         try:
+            lows, highs = _usable_ranges(column_lows[index], column_highs[index], column)
             points = _points(lows, highs, column, curve_bounds[index] if curve_bounds else None)
             reads = _reads(lows, highs, points, column.type in _NUMERIC)
         except (TypeError, ValueError):  # stats of mixed types (a column whose type changed): no figure
             continue
-        unprunable = count - len(usable)
-        result[column.name] = (reads / len(points) + unprunable) / count if points else 1.0
+        result[column.name] = (reads / len(points) + count - len(lows)) / count if len(points) else 1.0
     return result
