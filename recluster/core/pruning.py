@@ -72,13 +72,12 @@ def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[s
         return {}
     curve_bounds = comparable_bounds(key.bounds, key.columns) if key.bounds is not None else None
     ranged = [b for b in blocks if b.min_values and b.max_values]
-    empty: list[tuple[Any, ...]] = [()] * len(key.columns)
-    column_lows = list(zip(*(b.min_values for b in ranged), strict=True)) or empty
-    column_highs = list(zip(*(b.max_values for b in ranged), strict=True)) or empty
     result: dict[str, float] = {}
     for index, column in enumerate(key.columns):
         try:
-            lows, highs = _usable_ranges(column_lows[index], column_highs[index], column)
+            column_lows = [b.min_values[index] for b in ranged]  # type: ignore[index]
+            column_highs = [b.max_values[index] for b in ranged]  # type: ignore[index]
+            lows, highs = _usable_ranges(column_lows, column_highs, column)
             points = _points(lows, highs, column, curve_bounds[index] if curve_bounds else None)
             reads = _reads(lows, highs, points, column.type in _NUMERIC)
         except (TypeError, ValueError):  # stats of mixed types (a column whose type changed): no figure

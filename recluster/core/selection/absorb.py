@@ -8,8 +8,10 @@ key-range slices of at most max_task_bytes, one slice per disjoint range per rou
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -52,11 +54,11 @@ def file_age(block: Block) -> tuple[int, int | None]:
 
 def recover_runs(blocks: Iterable[Block]) -> list[Run]:
     """The runs of one partition's clustered files, oldest first."""
-    files: dict[int, list[Block]] = {}
+    files: dict[int, list[Block]] = defaultdict(list)
     horizons: dict[int, int] = {}
     for block in blocks:
         age, horizon = file_age(block)
-        files.setdefault(age, []).append(block)
+        files[age].append(block)
         if horizon is not None:
             horizons[age] = max(horizons.get(age, horizon), horizon)
     return [Run(age, _by_min_key(members), horizons.get(age)) for age, members in sorted(files.items())]
@@ -64,8 +66,8 @@ def recover_runs(blocks: Iterable[Block]) -> list[Run]:
 
 def _by_min_key(files: list[Block]) -> tuple[Block, ...]:
     """Files by (min key, path): two stable sorts on plain keys, far faster than one on tuples."""
-    files.sort(key=lambda b: b.path)
-    files.sort(key=lambda b: b.min_key or b"")
+    files.sort(key=attrgetter("path"))
+    files.sort(key=attrgetter("min_key"))  # clustered files: every one has a key
     return tuple(files)
 
 
@@ -167,12 +169,13 @@ def decide_absorb(
             head = tuple(blocks[i] for i in np.flatnonzero(touched | newer))
             split = (decision.watermark,) if decision.cut else ()
             return Absorb(runs[0], head, runs[-1].age_ms, decision.reason, split), decision
+    rows = np.array([b.rows for b in blocks], dtype=np.int64)
+    rows_after = np.cumsum(np.bincount(run_of, weights=rows, minlength=len(runs))[::-1])[::-1]  # this run on
     for index, run in enumerate(runs[:-1]):
         own = run_of == index
         newer = run_of > index
         touched = own & overlapping(lo, hi, lo[newer], hi[newer])
-        newer_rows = sum(b.rows for r in runs[index + 1 :] for b in r.files)
-        if newer_rows < beta * sum(blocks[i].rows for i in np.flatnonzero(touched)):
+        if rows_after[index + 1] < beta * int(rows[touched].sum()):
             continue
         members = np.flatnonzero(touched | newer)
         if not any_pair_overlaps(lo[members], hi[members]):

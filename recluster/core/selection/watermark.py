@@ -102,7 +102,7 @@ def first_positions(blocks: Sequence[Block]) -> tuple[FloatArray, FloatArray] | 
         [b.min_values[0] if b.min_values else None for b in blocks],
         [b.max_values[0] if b.max_values else None for b in blocks],
     ):
-        if not all(type(v) is int or type(v) is float for v in values):  # else: the plain numbers, at once
+        if not set(map(type, values)) <= {int, float}:  # else: the plain numbers, at once
             values = [position(v) for v in values]
             if None in values:
                 return None
