@@ -5,7 +5,9 @@ amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py),
 a 100,000-file table (bench/memory_bench.py), the cost of our own log commits against delta-rs's
 (bench/commit_bench.py), FINAL against z_order and raw Spark (bench/output_bench.py), fixed costs of small work
 (bench/fixed_cost_bench.py), multi-column keys on curves (bench/curve_bench.py), the
-status pages (bench/pages_bench.py), then every strategy against its
+status pages (bench/pages_bench.py), info and planning on 1,000,000-file tables (bench/big_table_bench.py), idle and
+many watched tables in one job (bench/idle_bench.py, bench/job_scale_bench.py), time-like keys
+(bench/watermark_bench.py), FINAL on a standalone cluster (bench/cluster_bench.py), then every strategy against its
 anchors on the same workloads (bench/compare/, which
 also cites the results of the three before it).
 Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
@@ -85,15 +87,20 @@ def main() -> int:
     timings["metrics"] = time.perf_counter() - mark
 
     from bench import (
+        big_table_bench,
+        cluster_bench,
         commit_bench,
         compare,
         curve_bench,
         fixed_cost_bench,
+        idle_bench,
+        job_scale_bench,
         memory_bench,
         merge_bench,
         output_bench,
         pages_bench,
         stream_bench,
+        watermark_bench,
     )
 
     for name, module in (
@@ -105,6 +112,11 @@ def main() -> int:
         ("merge", merge_bench),
         ("stream", stream_bench),
         ("memory", memory_bench),
+        ("big-table", big_table_bench),
+        ("idle", idle_bench),
+        ("job-scale", job_scale_bench),
+        ("watermark", watermark_bench),
+        ("cluster", cluster_bench),
         ("compare", compare),
     ):
         mark = time.perf_counter()

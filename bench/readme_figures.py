@@ -35,7 +35,7 @@ from bench.figures import (
     table,
     whole,
 )
-from bench.summary_figures import cluster, curve, fixed_cost, idle, job_scale, output, pages, watermark
+from bench.summary_figures import big_table, cluster, curve, fixed_cost, idle, job_scale, output, pages, watermark
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -340,6 +340,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "watermark": watermark,
     "idle": idle,
     "job-scale": job_scale,
+    "big-table": big_table,
     "pages": pages,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,

@@ -1,5 +1,6 @@
 """README blocks of the benchmarks that report summary rows (measure, recluster, baseline, ratio, goal): output,
-fixed costs, curves, the cluster, time-like keys and the status pages. Registered in `readme_figures.BLOCKS`."""
+fixed costs, curves, the cluster, time-like keys, idle tables, many tables, big tables and the status pages.
+Registered in `readme_figures.BLOCKS`."""
 
 from __future__ import annotations
 
@@ -119,6 +120,18 @@ def job_scale(results: Results) -> str:
         f"first its table received since the job started ({many['tracked']:,} tables tracked by the end), so it "
         "includes loading that table; every table's maintenance fell due at the start):\n\n"
         + summary_table(j["summary"])
+    )
+
+
+def big_table(results: Results) -> str:
+    file, b = results.get("big-table")
+    small, large = (t["files"] for t in b["tables"])
+    return (
+        f"**Big tables** (`python -m bench.big_table_bench`, {source(file)}; tables of {small:,} and {large:,} files, "
+        f"each committed in one delta-rs transaction as appends of {b['append_files']:,} files with random "
+        "overlapping int64 ranges; each measurement in a fresh interpreter; baseline = delta-rs opening the table "
+        "and listing its add actions, what any planner must read; `info` = `recluster info`, `plan` = `recluster "
+        "run --dry-run`):\n\n" + summary_table(b["summary"])
     )
 
 
