@@ -429,6 +429,13 @@ def test_blocks_from_actions_levels_and_fingerprints(tmp_path: Path) -> None:
     # Partition values prefix the keys: the same key range in two partitions is ordered, not overlapping.
     assert blocks[constant].max_key < blocks[level_two].min_key  # "x" before "y" although 7 > 1
 
+    # A list with null counts but no min/max columns at all (every file all NULL): NULL..NULL from the log alone
+    # (no footer is read: these paths do not exist).
+    only_nulls = actions.select(["path", "size_bytes", "num_records", "null_count.k"]).slice(0, 2)
+    only_nulls = only_nulls.set_column(3, "null_count.k", pa.array([10, 20], pa.int64()))
+    for block in blocks_from_actions(only_nulls, key, [], str(tmp_path)):
+        assert block.clustered and (block.min_values, block.max_values) == ((None,), (None,))
+
 
 # --- errors ---------------------------------------------------------------------------------------------
 

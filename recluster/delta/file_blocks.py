@@ -124,9 +124,10 @@ def column_stats(actions: pa.Table, name: str, rows: Column) -> ColumnStats:
     nulls = _column(actions, f"null_count.{name}")
     lows = _column(actions, f"min.{name}")
     highs = _column(actions, f"max.{name}")
-    if nulls is None or lows is None or highs is None:
-        empty = pa.nulls(count)
-        return ColumnStats(empty, empty, np.zeros(count, dtype=bool))
+    if nulls is None:
+        return ColumnStats(pa.nulls(count), pa.nulls(count), np.zeros(count, dtype=bool))
+    lows = pa.nulls(count) if lows is None else lows  # no file has a minimum (all NULL, say): NULL for each
+    highs = pa.nulls(count) if highs is None else highs
     nulls = nulls.cast(pa.int64())
     all_null = pc.fill_null(pc.equal(nulls, rows), False)
     has_nulls = pc.fill_null(pc.greater(nulls, 0), False)
