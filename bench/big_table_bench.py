@@ -19,14 +19,13 @@ Writes bench/results/big-table[-quick]-<date>.json.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.memory_bench import _rss_mb, build_table
+from bench.memory_bench import build_table, measured_in_subprocess, process_peak_rss_mb
 from bench.merge_bench import log, publish, quick_cli, ratio_row
 
 APPEND_FILES = 1_000
@@ -43,7 +42,7 @@ def measure(path: str, what: str) -> dict[str, Any]:
     from recluster.settings import Settings
 
     settings = Settings()
-    before = _rss_mb()
+    before = process_peak_rss_mb()
     started = time.perf_counter()
     if what == "floor":
         files = pa.table(DeltaTable(path).get_add_actions(flatten=True)).num_rows
@@ -58,7 +57,7 @@ def measure(path: str, what: str) -> dict[str, Any]:
         files = len(snapshot.blocks)
         detail = {"tasks": len(plan.tasks), "task_files": sum(len(t.files) for t in plan.tasks)}
     seconds = time.perf_counter() - started
-    peak = _rss_mb()
+    peak = process_peak_rss_mb()
     return {
         "files": files,
         "seconds": seconds,
@@ -66,16 +65,6 @@ def measure(path: str, what: str) -> dict[str, Any]:
         "peak_rss_mb": peak,
         **detail,
     }
-
-
-def _measure_in_subprocess(path: Path, what: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.big_table_bench", "--measure", what, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def measure_table(root: Path, files: int) -> dict[str, Any]:
@@ -87,7 +76,7 @@ def measure_table(root: Path, files: int) -> dict[str, Any]:
     measured: dict[str, Any] = {"files": files, "build_seconds": built}
     for what in WHATS:
         log(f"big table: {what} on {files:,} files")
-        measured[what] = _measure_in_subprocess(path, what)
+        measured[what] = measured_in_subprocess("bench.big_table_bench", path, what)
         assert measured[what]["files"] == files, measured[what]
     return measured
 

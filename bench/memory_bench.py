@@ -70,7 +70,7 @@ def build_table(path: Path, files: int, seed: int = 5, chunk: int = CHUNK, run_f
     DeltaTable(str(path)).create_checkpoint()
 
 
-def _rss_mb() -> float:
+def process_peak_rss_mb() -> float:
     """Peak resident memory of this process image (VmHWM; ru_maxrss would carry the parent's peak over exec)."""
     for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
         if line.startswith("VmHWM:"):
@@ -85,7 +85,7 @@ def measure(path: str, what: str) -> dict[str, Any]:
     from recluster.settings import Settings
 
     settings = Settings()
-    before = _rss_mb()
+    before = process_peak_rss_mb()
     started = time.perf_counter()
     if what == "recluster":
         result = table_info(path, settings=settings)
@@ -106,14 +106,15 @@ def measure(path: str, what: str) -> dict[str, Any]:
         **detail,
         "seconds": seconds,
         "rss_after_imports_mb": before,
-        "peak_rss_mb": _rss_mb(),
-        "peak_rss_above_imports_mb": _rss_mb() - before,
+        "peak_rss_mb": process_peak_rss_mb(),
+        "peak_rss_above_imports_mb": process_peak_rss_mb() - before,
     }
 
 
-def _measure_in_subprocess(path: Path, what: str) -> dict[str, Any]:
+def measured_in_subprocess(module: str, path: Path, what: str) -> dict[str, Any]:
+    """`python -m <module> --measure WHAT TABLE` in a fresh interpreter: the JSON it prints last."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.memory_bench", "--measure", what, str(path)],
+        [sys.executable, "-m", module, "--measure", what, str(path)],
         capture_output=True,
         text=True,
         check=True,
@@ -128,8 +129,8 @@ def main(quick: bool = False) -> dict[str, Any]:
         log(f"memory: building a table of {files:,} files (log only)")
         build_table(path, files)
         log("memory: measuring recluster planning and the delta-rs baseline, each in a fresh interpreter")
-        ours = _measure_in_subprocess(path, "recluster")
-        baseline = _measure_in_subprocess(path, "baseline")
+        ours = measured_in_subprocess("bench.memory_bench", path, "recluster")
+        baseline = measured_in_subprocess("bench.memory_bench", path, "baseline")
     assert ours["files"] == baseline["files"] == files
     result: dict[str, Any] = {"quick": quick, "files": files, "recluster": ours, "baseline": baseline}
     rows = [
