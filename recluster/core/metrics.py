@@ -1,8 +1,9 @@
 """Clustering information (DESIGN §4) and the incremental per-level state. Pure: numpy only, no I/O.
 
-One depth implementation (`depth_profile`) serves the reported metrics and selection, so they can never
-disagree. Keys are rank-encoded (distinct min/max tuples become points 0..P-1), point depths come from a
-difference-array sweep, and a block's depth is a range-maximum query over the points inside its range.
+One depth implementation (`ranked_depth_profile`) serves the reported metrics and selection, so they can never
+disagree. Keys are rank-encoded (distinct min/max tuples become points 0..P-1: sorted at once by `depth_profile`,
+kept up to date commit by commit by a level's `BlockSet`), point depths come from a difference-array sweep, and a
+block's depth is a range-maximum query over the points inside its range.
 """
 
 from __future__ import annotations
