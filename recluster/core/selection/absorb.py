@@ -7,6 +7,7 @@ key-range slices of at most max_task_bytes, one slice per disjoint range per rou
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -235,19 +236,21 @@ def absorb_tasks(
     if absorb is None:
         return [], decision
     slices = absorb_slices(absorb.files, bounds, budget)
-    own = {b.path for b in absorb.target.files}
+    target = absorb.target.files  # by min key (`recover_runs`): files starting above a slice are a suffix
+    own = {b.path for b in target}
+    target_mins = [b.min_key for b in target]
     tasks = []
     for files in slices:
         if len(files) == 1 and files[0].path in own:
             continue  # one file of the absorbing run alone: rewriting it would change nothing
         taken = {b.path for b in files}
-        kept = [b for b in absorb.target.files if b.path not in taken]
         low, high = min(b.min_key or b"" for b in files), max(b.max_key or b"" for b in files)
+        starting_below = target[: bisect.bisect_right(target_mins, high)]  # type: ignore[type-var]
         splits = sorted(
             {
                 value
-                for b in kept
-                if (b.min_key or b"") <= high and (b.max_key or b"") >= low
+                for b in starting_below
+                if b.path not in taken and (b.max_key or b"") >= low
                 for value in b.cut_range
                 if value is not None
             }
