@@ -15,43 +15,46 @@ def summary_table(summary: Sequence[Json]) -> str:
     return table(("measure", "recluster", "baseline", "ratio", "goal"), rows, "lrrrl")
 
 
+def bench_block(title: str, bench: str, file: str, details: str, summary: Sequence[Json]) -> str:
+    """The usual README block: a bold title, the command and results file, what was measured, the summary table."""
+    return f"**{title}** (`python -m bench.{bench}`, {source(file)}; {details}):\n\n" + summary_table(summary)
+
+
 def output(results: Results) -> str:
     file, o = results.get("output")
     codecs = "; ".join(
         f"{size['label']}: " + ", ".join(f"{side} {'/'.join(best['codecs'])}" for side, best in size["best"].items())
         for size in o["sizes"]
     )
-    return (
-        f"**FINAL against delta-rs z_order and raw Spark** (`python -m bench.output_bench`, {source(file)}; 40 files "
-        "per table, each side on its own copy in a process of its own, the rewrite timed; baseline = z_order, raw "
-        f"Spark's sort or raw Spark's JVM as the row says; Parquet codecs read from the footers: {codecs}):\n\n"
-        + summary_table(o["summary"])
+    details = (
+        "40 files per table, each side on its own copy in a process of its own, the rewrite timed; baseline = "
+        f"z_order, raw Spark's sort or raw Spark's JVM as the row says; Parquet codecs read from the footers: {codecs}"
     )
+    return bench_block("FINAL against delta-rs z_order and raw Spark", "output_bench", file, details, o["summary"])
 
 
 def fixed_cost(results: Results) -> str:
     file, f = results.get("fixed-cost")
     rounds = f["per_append_round"]
-    return (
-        f"**Fixed costs** (`python -m bench.fixed_cost_bench`, {source(file)}; cold commands in fresh processes, "
-        f"best of {len(f['info']['recluster_seconds'])}; per-append rounds in a warm process, the slowest of "
-        f"{len(rounds['round_seconds'])}, {sum(t > 0 for t in rounds['tasks'])} of them merged):\n\n"
-        + summary_table(f["summary"])
+    details = (
+        f"cold commands in fresh processes, best of {len(f['info']['recluster_seconds'])}; per-append rounds in a warm "
+        f"process, the slowest of {len(rounds['round_seconds'])}, {sum(t > 0 for t in rounds['tasks'])} of them merged"
     )
+    return bench_block("Fixed costs", "fixed_cost_bench", file, details, f["summary"])
 
 
 def curve(results: Results) -> str:
     file, c = results.get("curve")
     real = c["real_data"]
-    return (
-        f"**Multi-column keys on a curve** (`python -m bench.curve_bench`, {source(file)}; random (a, b) int64 keys, "
-        f"{c['appends']} appends x {c['rows_per_append']:,} rows, {c['target_rows']:,} rows per file; then real data: "
-        f"TPC-H lineitem SF 0.5 ({real['tpch_lineitem']['rows']:,} rows) on (l_shipdate, l_partkey) and NYC flights "
-        f"2013 ({real['nyc_flights_2013']['rows']:,} rows) on (origin, time_hour); the share of files a narrow "
-        "predicate on one column reads after Delta min/max pruning, averaged over 200 predicates at random places "
-        "each covering 0.1% of the column's domain (a string column: one value); row write amplification = rows "
-        "rewritten / rows appended):\n\n" + summary_table(c["summary"])
+    details = (
+        f"random (a, b) int64 keys, {c['appends']} appends x {c['rows_per_append']:,} rows, {c['target_rows']:,} rows "
+        f"per file; then real data: TPC-H lineitem SF 0.5 ({real['tpch_lineitem']['rows']:,} rows) on (l_shipdate, "
+        f"l_partkey) and NYC flights 2013 ({real['nyc_flights_2013']['rows']:,} rows) on (origin, time_hour); the "
+        "share of files a narrow predicate on one column reads after Delta min/max pruning, averaged over 200 "
+        "predicates at random places each covering 0.1% of the column's domain (a string column: one value); row "
+        "write amplification = rows rewritten / rows appended"
     )
+    return bench_block("Multi-column keys on a curve", "curve_bench", file, details, c["summary"])
 
 
 def cluster(results: Results) -> str:
@@ -102,37 +105,35 @@ def watermark(results: Results) -> str:
 
 def idle(results: Results) -> str:
     file, i = results.get("idle")
-    return (
-        f"**Idle watched tables** (`python -m bench.idle_bench`, {source(file)}; one scheduling pass of the job, the "
-        f"median of {i['passes']}, with no new commits: every table evaluated, as every pass did before, against "
-        "the idle pass that skips tables until a commit or their next interval trigger):\n\n"
-        + summary_table(i["summary"])
+    details = (
+        f"one scheduling pass of the job, the median of {i['passes']}, with no new commits: every table evaluated, as "
+        "every pass did before, against the idle pass that skips tables until a commit or their next interval trigger"
     )
+    return bench_block("Idle watched tables", "idle_bench", file, details, i["summary"])
 
 
 def job_scale(results: Results) -> str:
     file, j = results.get("job-scale")
     many = j["runs"][-1]
-    return (
-        f"**Many tables in one job** (`python -m bench.job_scale_bench`, {source(file)}; {j['commits_per_second']} "
-        f"commits/s round-robin for {j['seconds']:.0f} s over {many['tables']:,} tables against 1 table in the same "
-        f"run; latency over the second half of the commits; every commit of the {many['tables']:,}-table run was the "
-        f"first its table received since the job started ({many['tracked']:,} tables tracked by the end), so it "
-        "includes loading that table; every table's maintenance fell due at the start):\n\n"
-        + summary_table(j["summary"])
+    details = (
+        f"{j['commits_per_second']} commits/s round-robin for {j['seconds']:.0f} s over {many['tables']:,} tables "
+        f"against 1 table in the same run; latency over the second half of the commits; every commit of the "
+        f"{many['tables']:,}-table run was the first its table received since the job started ({many['tracked']:,} "
+        "tables tracked by the end), so it includes loading that table; every table's maintenance fell due at the start"
     )
+    return bench_block("Many tables in one job", "job_scale_bench", file, details, j["summary"])
 
 
 def big_table(results: Results) -> str:
     file, b = results.get("big-table")
     small, large = (t["files"] for t in b["tables"])
-    return (
-        f"**Big tables** (`python -m bench.big_table_bench`, {source(file)}; tables of {small:,} and {large:,} files, "
-        f"each committed in one delta-rs transaction as appends of {b['append_files']:,} files with random "
-        "overlapping int64 ranges; each measurement in a fresh interpreter; baseline = delta-rs opening the table "
-        "and listing its add actions, what any planner must read; `info` = `recluster info`, `plan` = `recluster "
-        "run --dry-run`):\n\n" + summary_table(b["summary"])
+    details = (
+        f"tables of {small:,} and {large:,} files, each committed in one delta-rs transaction as appends of "
+        f"{b['append_files']:,} files with random overlapping int64 ranges; each measurement in a fresh interpreter; "
+        "baseline = delta-rs opening the table and listing its add actions, what any planner must read; `info` = "
+        "`recluster info`, `plan` = `recluster run --dry-run`"
     )
+    return bench_block("Big tables", "big_table_bench", file, details, b["summary"])
 
 
 def pages(results: Results) -> str:
