@@ -55,7 +55,11 @@ class KeyColumn:
 _NULL = b"\x00"
 
 
-_VALUE = b"\x01"
+VALUE_MARKER = b"\x01"
+"""Starts every non-NULL value's code (NULL is `_NULL` alone, so it sorts first)."""
+
+ONE_NUMBER_KEY_BYTES = len(VALUE_MARKER) + 8
+"""The length of a key of one 8-byte number (integer, date, timestamp, float), unpartitioned."""
 
 
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -109,23 +113,23 @@ def encode_value(value: Any, column: KeyColumn) -> bytes:
         return _NULL
     match column.type:
         case KeyType.INTEGER:
-            return _VALUE + _encode_int(int(value))
+            return VALUE_MARKER + _encode_int(int(value))
         case KeyType.FLOAT:
-            return _VALUE + _encode_float(float(value))
+            return VALUE_MARKER + _encode_float(float(value))
         case KeyType.DECIMAL:
             unscaled = int(decimal.Decimal(value).scaleb(column.scale, _DECIMAL_CONTEXT).to_integral_value())
-            return _VALUE + _encode_int(unscaled, 16)
+            return VALUE_MARKER + _encode_int(unscaled, 16)
         case KeyType.STRING:
-            return _VALUE + _encode_bytes(str(value).encode("utf-8"))
+            return VALUE_MARKER + _encode_bytes(str(value).encode("utf-8"))
         case KeyType.BINARY:
-            return _VALUE + _encode_bytes(bytes(value))
+            return VALUE_MARKER + _encode_bytes(bytes(value))
         case KeyType.BOOLEAN:
-            return _VALUE + (b"\x01" if value else b"\x00")
+            return VALUE_MARKER + (b"\x01" if value else b"\x00")
         case KeyType.DATE:
-            return _VALUE + _encode_int((value - _EPOCH_DATE).days)
+            return VALUE_MARKER + _encode_int((value - _EPOCH_DATE).days)
         case KeyType.TIMESTAMP:
             micros = value if isinstance(value, int) else _micros(value)
-            return _VALUE + _encode_int(micros)
+            return VALUE_MARKER + _encode_int(micros)
     raise ValueError(f"unsupported key type {column.type!r}")  # pragma: no cover - enum is exhaustive
 
 
@@ -183,7 +187,7 @@ def encode_keys(
         codes = _value_codes(values, column)
         if codes is None:
             return None
-        pieces.append(np.hstack([np.ones((count, 1), dtype=np.uint8), codes]))
+        pieces.append(np.hstack([np.full((count, 1), VALUE_MARKER[0], dtype=np.uint8), codes]))
         nulls.append(pc.is_null(values).to_numpy(zero_copy_only=False))
     if not any(n.any() for n in nulls):
         blob = np.hstack(pieces).tobytes() if pieces else b""
@@ -200,7 +204,7 @@ def encode_keys(
 
 def encode_partition(partition: Sequence[tuple[str, str | None]]) -> bytes:
     """Partition values as a key prefix: files of two partitions never overlap."""
-    return b"".join(_NULL if v is None else _VALUE + _encode_bytes(v.encode("utf-8")) for _, v in partition)
+    return b"".join(_NULL if v is None else VALUE_MARKER + _encode_bytes(v.encode("utf-8")) for _, v in partition)
 
 
 def bound_to_json(value: Any, column: KeyColumn) -> Any:

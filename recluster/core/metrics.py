@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recluster.core.blocks import Block
-from recluster.core.keys import ClusterKey
+from recluster.core.keys import ONE_NUMBER_KEY_BYTES, VALUE_MARKER, ClusterKey
 from recluster.core.pruning import column_scan_fractions
 
 IntArray = npt.NDArray[np.int64]
@@ -179,9 +179,6 @@ class ClusteringMetrics:
         }
 
 
-_WORD_KEY_BYTES = 9
-
-
 class BlockSet:
     """One level's blocks, kept ready for its metrics: the distinct keys sorted (with how many block ends sit on
     each) and every clustered block's point ranks, updated per commit in time linear in the level's size with
@@ -253,12 +250,12 @@ class BlockSet:
         one integer, date, timestamp or float column, unpartitioned) as the unsigned numbers they order as, searched
         and inserted at numpy speed; else as bytes objects (compared as Python compares them), and the points too."""
         if self._points.dtype != object:
-            if all(len(k) == _WORD_KEY_BYTES and k[0] == 1 for k in keys):
-                raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, _WORD_KEY_BYTES)[:, 1:]
+            if all(len(k) == ONE_NUMBER_KEY_BYTES and k[:1] == VALUE_MARKER for k in keys):
+                raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, ONE_NUMBER_KEY_BYTES)[:, 1:]
                 words: npt.NDArray[Any] = np.ascontiguousarray(raw).view(">u8").ravel().astype(np.uint64)
                 return words
             converted = np.empty(len(self._points), dtype=object)
-            converted[:] = [b"\x01" + int(w).to_bytes(8, "big") for w in self._points.tolist()]
+            converted[:] = [VALUE_MARKER + int(w).to_bytes(8, "big") for w in self._points.tolist()]
             self._points = converted
         objects = np.empty(len(keys), dtype=object)
         objects[:] = keys

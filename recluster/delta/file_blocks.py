@@ -224,9 +224,8 @@ def _blocks_from_actions(
     )
     on_curve = key.on_curve
     linear = bool(stats) and not on_curve
-    no_keys: list[bytes | None] = [None] * count
-    min_keys = _encoded([s.lows for s in stats], key, prefixes) if linear else no_keys
-    max_keys = _encoded([s.highs for s in stats], key, prefixes) if linear else list(no_keys)
+    min_keys: list[bytes | None] = _encoded([s.lows for s in stats], key, prefixes) if linear else [None] * count
+    max_keys: list[bytes | None] = _encoded([s.highs for s in stats], key, prefixes) if linear else [None] * count
     for i in np.flatnonzero(~from_log).tolist() if key.columns else ():  # no usable log stats: the footer's
         footer = footer_stats(table_uri, paths[i], key.names, storage_options)
         rows[i], lows[i], highs[i] = footer.rows, footer.mins, footer.maxes

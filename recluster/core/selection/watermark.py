@@ -63,9 +63,6 @@ def first_value(block: Block, high: bool) -> Any:
 
 def position(value: Any) -> float | None:
     """A first-key value as a number on its axis (None: not subtractable, e.g. strings and booleans)."""
-    kind = type(value)
-    if kind is int or kind is float:  # the common case first: this runs for every file of a big table
-        return None if value != value else float(value)
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float | Decimal):
@@ -98,10 +95,7 @@ def learned_lag(older: Span, appends: Sequence[Span]) -> tuple[float, float]:
 def first_positions(blocks: Sequence[Block]) -> tuple[FloatArray, FloatArray] | None:
     """Each block's first-key minimum and maximum on its axis; None when a value is not a number."""
     found = []
-    for values in (
-        [b.min_values[0] if b.min_values else None for b in blocks],
-        [b.max_values[0] if b.max_values else None for b in blocks],
-    ):
+    for values in ([first_value(b, False) for b in blocks], [first_value(b, True) for b in blocks]):
         if not set(map(type, values)) <= {int, float}:  # else: the plain numbers, at once
             values = [position(v) for v in values]
             if None in values:
