@@ -111,7 +111,5 @@ def table_info(
 ) -> TableInfo:
     snapshot = read_snapshot(uri, settings=settings, cluster_by=cluster_by, partition=partition)
     bounds = selection_bounds(settings, snapshot, None)
-    # only `absorb` makes time-like decisions: a `levels` table is not planned just to show none
-    absorb = bounds.policy is Policy.ABSORB
-    time_like = time_like_decisions(snapshot.blocks, bounds) if absorb else ()
+    time_like = time_like_decisions(snapshot.blocks, bounds)
     return TableInfo(snapshot, clustering_info(snapshot.blocks, snapshot.key), time_like)

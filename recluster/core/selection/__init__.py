@@ -89,7 +89,10 @@ def time_like_decisions(
     blocks: Sequence[Block], bounds: SelectionBounds
 ) -> tuple[tuple[Partition, WatermarkDecision], ...]:
     """The watermark decision of each time-like partition, as an `absorb` round takes it, without building the
-    round's tasks (what `info` shows: on a big table slicing the absorb would cost more than deciding it)."""
+    round's tasks (what `info` shows: on a big table slicing the absorb would cost more than deciding it). Only
+    `absorb` makes them: none under `levels`."""
+    if bounds.policy is not Policy.ABSORB:
+        return ()
     live, _ = _live_blocks(blocks, bounds, final=False)
     decisions = []
     for partition, members in sorted(partitions_of(live).items(), key=lambda item: str(item[0])):
