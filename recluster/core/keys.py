@@ -147,15 +147,13 @@ def _value_codes(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint8] |
     kind = values.type
     match column.type:
         case KeyType.INTEGER | KeyType.DATE | KeyType.TIMESTAMP:
-            if column.type is KeyType.INTEGER and not pa.types.is_integer(kind):
-                return None
+            if column.type is KeyType.INTEGER and (not pa.types.is_integer(kind) or pa.types.is_uint64(kind)):
+                return None  # (unsigned 64-bit values may exceed int64: Python ints only)
             if column.type is KeyType.DATE and not pa.types.is_date32(kind):
                 return None
             if column.type is KeyType.TIMESTAMP and getattr(kind, "unit", None) not in _TIME_UNIT_MICROS:
                 return None
             scale = _TIME_UNIT_MICROS[kind.unit] if column.type is KeyType.TIMESTAMP else 1
-            if pa.types.is_uint64(kind):
-                return None  # above int64: Python ints only
             if column.type is KeyType.DATE:
                 values = values.cast(pa.int32())
             numbers = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False) * scale
