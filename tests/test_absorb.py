@@ -16,9 +16,11 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recluster.core.blocks import Block, data_file_name, parse_data_file_name
-from recluster.core.selection.absorb import decide_absorb, effective_beta, file_age, recover_runs
+from recluster.core.block_table import BlockTable
+from recluster.core.blocks import Block, data_file_name, file_age, parse_data_file_name
+from recluster.core.selection.absorb import decide_absorb, effective_beta
 from recluster.core.selection.plan import Policy, Reason, SelectionBounds
+from recluster.core.selection.runs import recover_runs
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.publish import MetricsRecord
 from recluster.engine.rounds import recluster_table, snapshot_loader
@@ -98,13 +100,13 @@ def test_absorb_decision_matches_the_oracle(steps, beta, target_rows, seed):
         expected = oracle(blocks, beta)
         if time_like is not None:  # the watermark decides instead of the ratio rule: the oldest run absorbs all
             if decided is not None:
-                assert decided.reason is Reason.WATERMARK_ABSORB and decided.target == runs[0]
+                assert decided.reason is Reason.WATERMARK_ABSORB and decided.target_age_ms == runs[0].age_ms
                 assert {b.path for r in runs[1:] for b in r.files} <= {b.path for b in decided.files}
         elif expected is None:
             assert decided is None
         else:
             assert decided is not None and decided.reason is Reason.ABSORB_RATIO
-            assert (decided.target.age_ms, {b.path for b in decided.files}) == expected
+            assert (decided.target_age_ms, {b.path for b in decided.files}) == expected
         if merge:
             plan = table.round(absorb_bounds(beta))
             assert plan.policy is Policy.ABSORB
@@ -218,10 +220,12 @@ def test_depth_target_lowers_beta_when_too_deep():
     deep = [make_block(f"f{i}", rng.integers(0, 100, 20), modified_ms=i) for i in range(8)]
     base = absorb_bounds(1.0)
     controlled = SelectionBounds(**{**{f: getattr(base, f) for f in base.__slots__}, "target_depth": 2.0})
-    assert effective_beta(deep, base) == 1.0
-    assert effective_beta(deep, controlled) < 1.0  # depth 8 > 2: absorb sooner
+    deep_table = BlockTable.from_blocks(deep)
+    everything = np.arange(len(deep))
+    assert effective_beta(deep_table, everything, base) == 1.0
+    assert effective_beta(deep_table, everything, controlled) < 1.0  # depth 8 > 2: absorb sooner
     shallow = [make_block(f"g{i}", np.arange(10) + 10 * i, modified_ms=i) for i in range(8)]
-    assert effective_beta(shallow, controlled) > 1.0  # depth 1 < 2: absorb later, rewrite less
+    assert effective_beta(BlockTable.from_blocks(shallow), everything, controlled) > 1.0  # depth 1 < 2: rewrite less
 
 
 # ---- settings and the metrics record -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from recluster.core.block_table import rank_keys
 from recluster.core.blocks import LEVEL_CONSTANT, Block
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_key
 from recluster.core.metrics import (
@@ -33,7 +34,6 @@ from recluster.core.metrics import (
     depth_profile,
     histogram_bucket,
     nearest_rank,
-    rank_keys,
 )
 from recluster.core.pruning import column_scan_fractions
 from tests.helpers import EMPTY_METRICS, FAST, LIGHT, METRIC_KEYS

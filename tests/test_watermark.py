@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recluster.core.selection import time_like_decisions
-from recluster.core.selection.absorb import decide_absorb, recover_runs
+from recluster.core.selection.absorb import decide_absorb
 from recluster.core.selection.plan import Reason
+from recluster.core.selection.runs import recover_runs
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings

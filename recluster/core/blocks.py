@@ -88,7 +88,7 @@ class Block:
         return self.clustered and self.min_key == self.max_key
 
 
-_FILE_NAME = re.compile(
+DATA_FILE_NAME = re.compile(
     r"(?:^|/)part-L(?P<level>-1|\d{2})-k(?P<fingerprint>[0-9a-f]{8})-r(?P<run>[0-9a-f]{12})-"
     r"(?:h(?P<horizon>[0-9a-f]{12})-)?(?:c(?P<curve_low>[0-9a-f]{10})-(?P<curve_high>[0-9a-f]{10})-)?"
     r"(?P<uuid>[0-9a-f]{32})\.parquet$"
@@ -126,12 +126,21 @@ def data_file_name(
 
 def parse_data_file_name(path: str) -> WrittenFileName | None:
     """Level, fingerprint and run of a file recluster wrote; None for any other file (level 0)."""
-    match = _FILE_NAME.search(path) if "part-L" in path else None  # the test is far cheaper than the pattern
+    match = DATA_FILE_NAME.search(path) if "part-L" in path else None  # the test is far cheaper than the pattern
     if match is None:
         return None
     horizon = None if match["horizon"] is None else int(match["horizon"], 16)
     curve = None if match["curve_low"] is None else (int(match["curve_low"], 16), int(match["curve_high"], 16))
     return WrittenFileName(int(match["level"]), match["fingerprint"], match["run"], horizon, curve)
+
+
+def file_age(block: Block) -> tuple[int, int | None]:
+    """(age in ms, absorb horizon or None) of one file, from its name and its add action: the age of a file the
+    `absorb` policy wrote is its run id, of any other file its modificationTime."""
+    written = parse_data_file_name(block.path)
+    if written is not None and written.horizon_ms is not None:
+        return int(written.run_id, 16), written.horizon_ms
+    return block.modified_ms, None
 
 
 def age_run_id(age_ms: int) -> str:

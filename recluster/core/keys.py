@@ -173,6 +173,16 @@ def _value_codes(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint8] |
     return codes
 
 
+def number_words(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint64] | None:
+    """The keys of one numeric column without NULLs as the unsigned 64-bit words they order as (what follows the
+    value marker in `encode_key`); None when the column has NULLs or no 8-byte vectorized encoding."""
+    codes = _value_codes(values, column) if values.null_count == 0 else None
+    if codes is None or codes.shape[1] != ONE_NUMBER_KEY_BYTES - len(VALUE_MARKER):
+        return None
+    words: npt.NDArray[np.uint64] = codes.view(">u8").ravel().astype(np.uint64)
+    return words
+
+
 def encode_keys(
     columns_values: Sequence[pa.Array], columns: Sequence[KeyColumn], prefixes: Sequence[bytes] | None = None
 ) -> list[bytes] | None:

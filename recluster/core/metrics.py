@@ -15,50 +15,14 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from recluster.core.block_table import BlockTable, IntArray, as_table, rank_keys
 from recluster.core.blocks import Block
 from recluster.core.keys import ONE_NUMBER_KEY_BYTES, VALUE_MARKER, ClusterKey
 from recluster.core.pruning import column_scan_fractions
 
-IntArray = npt.NDArray[np.int64]
-
 EMPTY_AVERAGE_DEPTH = 1.0
 """A table with no clustered blocks is perfectly clustered (Databend reports 0.0; DESIGN §4 says 1.0)."""
-
-
-def rank_keys(keys: Sequence[bytes]) -> tuple[IntArray, int]:
-    """Dense ranks (0-based) of byte keys and the number of distinct keys.
-
-    Fixed-width keys (one numeric column, the common case) are sorted as big-endian 64-bit words with
-    numpy, several times faster than sorting byte strings; byte columns equal in every key (the NULL
-    marker) are dropped first, so a 9-byte int64 key sorts as one word. Other keys go through Arrow.
-    """
-    n = len(keys)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), 0
-    width = len(keys[0])
-    if width and min(map(len, keys)) == max(map(len, keys)):
-        raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(n, width)
-        raw = raw[:, ~np.all(raw == raw[0], axis=0)]
-        if raw.shape[1] == 0:
-            return np.zeros(n, dtype=np.int64), 1
-        words = -(-raw.shape[1] // 8)
-        padded = np.zeros((n, words * 8), dtype=np.uint8)
-        padded[:, : raw.shape[1]] = raw
-        columns = padded.view(">u8").astype(np.uint64)
-        order = np.lexsort(columns.T[::-1]) if words > 1 else np.argsort(columns[:, 0], kind="stable")
-        ordered = columns[order]
-        new_value = np.ones(n, dtype=bool)
-        new_value[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
-        dense = np.cumsum(new_value) - 1
-        ranks = np.empty(n, dtype=np.int64)
-        ranks[order] = dense
-        return ranks, int(dense[-1]) + 1
-    ranked = pc.rank(pa.array(keys, pa.binary()), sort_keys="ascending", tiebreaker="dense")
-    ranks = ranked.to_numpy().astype(np.int64) - 1
-    return ranks, int(ranks.max()) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +33,7 @@ class DepthProfile:
     """Point index of each block's min tuple."""
     hi: IntArray
     """Point index of each block's max tuple."""
-    point_depth: IntArray
+    point_depth: npt.NDArray[np.int32]
     """depth(p) = number of blocks with min <= p <= max, for each distinct point p."""
     block_depth: IntArray
     """Max depth over the points inside each block's range."""
@@ -78,21 +42,26 @@ class DepthProfile:
 
 
 def _range_max(values: IntArray, lo: IntArray, hi: IntArray) -> IntArray:
-    """max(values[lo[i] .. hi[i]]) for all i at once, with a sparse table (O(n log n), vectorized): row k holds the
-    maximum of each window of 2**k values; a query is the larger of two windows covering its range."""
+    """max(values[lo[i] .. hi[i]]) for all i at once, with a sparse table built one row at a time (vectorized,
+    O(n log n) time, O(n) memory): row k holds the maximum of each window of 2**k values, and a query of length
+    between 2**k and 2**(k+1) is the larger of two windows of row k, answered while row k is at hand."""
     n = len(values)
+    result = np.zeros(len(lo), dtype=np.int64)
     if len(lo) == 0:
-        return np.zeros(0, dtype=np.int64)
-    table = np.empty((max(n.bit_length(), 1), n), dtype=np.int32)  # depths fit; half the memory traffic
-    table[0] = values
-    span, rows = 1, 1
-    while 2 * span <= n:
-        width = n - 2 * span + 1
-        np.maximum(table[rows - 1, :width], table[rows - 1, span : span + width], out=table[rows, :width])
-        span, rows = 2 * span, rows + 1
-    level = np.frexp((hi - lo + 1).astype(np.float64))[1].astype(np.int64) - 1  # floor(log2(length)), exact
-    flat = table.ravel()
-    result: IntArray = np.maximum(flat[level * n + lo], flat[level * n + hi - (1 << level) + 1]).astype(np.int64)
+        return result
+    row = values.astype(np.int32)  # depths fit; half the memory traffic
+    level = np.frexp((hi - lo + 1).astype(np.float64))[1] - 1  # floor(log2(length)), exact
+    by_level = np.argsort(level, kind="stable")
+    ends = np.searchsorted(level[by_level], np.arange(int(level.max()) + 2))
+    span = 1
+    for k in range(len(ends) - 1):
+        asked = by_level[ends[k] : ends[k + 1]]
+        if len(asked):
+            result[asked] = np.maximum(row[lo[asked]], row[hi[asked] - span + 1])
+        if 2 * span <= n:
+            width = n - 2 * span + 1
+            row[:width] = np.maximum(row[:width], row[span : span + width])
+        span *= 2
     return result
 
 
@@ -105,29 +74,33 @@ def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> Depth
 
 def ranked_depth_profile(lo: IntArray, hi: IntArray, points: int) -> DepthProfile:
     """`depth_profile` from the blocks' point ranks among `points` ordered keys (a point no block starts or ends
-    at is allowed: it never starts a block, so it changes no figure)."""
+    at is allowed: it never starts a block, so it changes no figure). Counts are int32 (a million blocks: every
+    array here is a few megabytes)."""
     n = len(lo)
-    starting_at_or_before = np.cumsum(np.bincount(lo, minlength=points))
-    ending_before = np.zeros(points + 1, dtype=np.int64)
+    starting_at_or_before = np.cumsum(np.bincount(lo, minlength=points), dtype=np.int32)
+    ending_before = np.zeros(points + 1, dtype=np.int32)
     np.cumsum(np.bincount(hi, minlength=points), out=ending_before[1:])
     point_depth = starting_at_or_before - ending_before[:-1]
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return DepthProfile(lo, hi, point_depth, empty, empty)
-    # Depth only rises at a block's min, so the maximum inside [lo, hi] sits at some block's min:
-    # the range-maximum table needs only the distinct min points (at most n), indexed by rank.
-    is_start = np.diff(starting_at_or_before, prepend=0) > 0
-    start_index = np.cumsum(is_start) - 1
-    block_depth = _range_max(point_depth[is_start], start_index[lo], start_index[hi])
+    block_depth = _range_max(point_depth, lo, hi)
     # overlaps(b) = n - 1 - #(blocks starting after b ends) - #(blocks ending before b starts)
-    overlaps = n - 1 - (n - starting_at_or_before[hi]) - ending_before[lo]
-    return DepthProfile(lo, hi, point_depth, block_depth.astype(np.int64), overlaps.astype(np.int64))
+    overlaps = (n - 1 - (n - starting_at_or_before[hi].astype(np.int64)) - ending_before[lo]).astype(np.int64)
+    return DepthProfile(lo, hi, point_depth, block_depth, overlaps)
 
 
 def mean_block_depth(blocks: Sequence[Block]) -> float:
     """The average depth `info` reports (the mean of the blocks' depths) over clustered blocks; 1.0 for none."""
-    profile = depth_profile([b.min_key for b in blocks], [b.max_key for b in blocks])  # type: ignore[misc]
-    return float(profile.block_depth.mean()) if len(profile.block_depth) else 1.0
+    table = as_table(blocks)
+    return table_mean_depth(table, np.flatnonzero(table.clustered))
+
+
+def table_mean_depth(table: BlockTable, indices: IntArray) -> float:
+    """`mean_block_depth` of some clustered files of a table."""
+    if not len(indices):
+        return 1.0
+    return float(ranked_depth_profile(*table.ranks_of(indices)).block_depth.mean())
 
 
 def histogram_bucket(depth: int) -> int:
@@ -354,19 +327,23 @@ def summarize(
     )
 
 
-def clustering_metrics(blocks: Iterable[Block]) -> ClusteringMetrics:
+def clustering_metrics(blocks: Sequence[Block]) -> ClusteringMetrics:
     """Metrics of a set of blocks in bulk (a snapshot); `BlockSet` serves incremental updates."""
-    members = list(blocks)
-    clustered = [b for b in members if b.min_key is not None and b.max_key is not None]
-    min_keys: list[bytes] = [b.min_key for b in clustered]  # type: ignore[misc]
-    max_keys: list[bytes] = [b.max_key for b in clustered]  # type: ignore[misc]
+    table = as_table(blocks)
+    return table_metrics(table, np.arange(len(table)))
+
+
+def table_metrics(table: BlockTable, indices: IntArray) -> ClusteringMetrics:
+    """`clustering_metrics` of some files of a table."""
+    clustered = indices[table.clustered[indices]]
+    lo, hi, _ = table.key_ranks()
     return summarize(
-        depth_profile(min_keys, max_keys) if clustered else None,
-        blocks=len(members),
-        constants=sum(map(bytes.__eq__, min_keys, max_keys)),
-        unclustered=len(members) - len(clustered),
-        rows=sum(b.rows for b in members),
-        nbytes=sum(b.bytes for b in members),
+        ranked_depth_profile(*table.ranks_of(clustered)) if len(clustered) else None,
+        blocks=len(indices),
+        constants=int(np.count_nonzero(lo[clustered] == hi[clustered])),
+        unclustered=len(indices) - len(clustered),
+        rows=int(table.rows[indices].sum()),
+        nbytes=int(table.sizes[indices].sum()),
     )
 
 
@@ -387,19 +364,17 @@ class ClusteringInfo:
         }
 
 
-def blocks_by_level(blocks: Iterable[Block]) -> dict[int, list[Block]]:
-    levels: dict[int, list[Block]] = {}
-    for block in blocks:
-        levels.setdefault(block.level, []).append(block)
-    return levels
-
-
 def clustering_info(blocks: Sequence[Block], key: ClusterKey | None = None) -> ClusteringInfo:
     """Whole-table and per-level metrics, and per column of `key` the scan fraction."""
-    levels = {level: clustering_metrics(members) for level, members in sorted(blocks_by_level(blocks).items())}
+    table = as_table(blocks)
+    order = np.argsort(table.levels, kind="stable")
+    levels_sorted = table.levels[order]
+    starts = np.flatnonzero(np.diff(levels_sorted, prepend=levels_sorted[:1] - 1))
+    members = np.split(order, starts[1:])
+    levels = {int(table.levels[m[0]]): table_metrics(table, np.sort(m)) for m in members if len(m)}
     # A table of one level is that level: no second computation.
-    table = next(iter(levels.values())) if len(levels) == 1 else clustering_metrics(blocks)
-    return ClusteringInfo(table=table, levels=levels, column_scan=column_scan_fractions(blocks, key) if key else {})
+    whole = next(iter(levels.values())) if len(levels) == 1 else table_metrics(table, np.arange(len(table)))
+    return ClusteringInfo(table=whole, levels=levels, column_scan=column_scan_fractions(table, key) if key else {})
 
 
 class ClusteringState:

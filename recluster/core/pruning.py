@@ -16,7 +16,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from recluster.core.block_table import Column, as_table
 from recluster.core.blocks import Block
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable_bounds, comparable_values
 
@@ -54,33 +57,56 @@ def _reads(lows: Values, highs: Values, points: Values, numeric: bool) -> float:
     return float(sum(bisect.bisect_right(low_list, p) - bisect.bisect_left(high_list, p) for p in points))
 
 
-def _usable_ranges(lows: Sequence[Any], highs: Sequence[Any], column: KeyColumn) -> tuple[Values, Values]:
+def _usable_ranges(lows: Column, highs: Column, column: KeyColumn) -> tuple[Values, Values]:
     """The (comparable) ranges with a usable minimum and maximum: integers and floats as float64 arrays at once
     (None and NaN both become NaN), other types value by value."""
     if column.type in _AS_FLOATS:
-        low_array, high_array = np.array(lows, dtype=np.float64), np.array(highs, dtype=np.float64)
+        low_array, high_array = _floats(lows), _floats(highs)
         usable = ~(np.isnan(low_array) | np.isnan(high_array))
         return low_array[usable], high_array[usable]
-    pairs = [(low, high) for low, high in zip(lows, highs, strict=True) if _usable(low) and _usable(high)]
+    low_list, high_list = _python(lows), _python(highs)
+    pairs = [(low, high) for low, high in zip(low_list, high_list, strict=True) if _usable(low) and _usable(high)]
     return comparable_values([p[0] for p in pairs], column), comparable_values([p[1] for p in pairs], column)
+
+
+def _floats(values: Column) -> npt.NDArray[np.float64]:
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        floats: npt.NDArray[np.float64] = (
+            pc.cast(values, pa.float64(), safe=False).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        )
+        return floats
+    return np.array(values, dtype=np.float64)
+
+
+def _python(values: Column) -> list[Any]:
+    return values.to_pylist() if isinstance(values, pa.Array | pa.ChunkedArray) else list(values)
 
 
 def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[str, float]:
     """Per key column, the average fraction of the files a point predicate on it reads after stats pruning."""
-    count = len(blocks)
+    table = as_table(blocks)
+    count = len(table)
     if count == 0 or key.keyless:
         return {}
     curve_bounds = comparable_bounds(key.bounds, key.columns) if key.bounds is not None else None
-    ranged = [b for b in blocks if b.min_values and b.max_values]
+    ranged = pa.array(table.ranged) if not table.ranged.all() else None
     result: dict[str, float] = {}
     for index, column in enumerate(key.columns):
         try:
-            column_lows = [b.min_values[index] for b in ranged]  # type: ignore[index]
-            column_highs = [b.max_values[index] for b in ranged]  # type: ignore[index]
+            column_lows, column_highs = (_ranged(table.column_values(index, high), ranged) for high in (False, True))
             lows, highs = _usable_ranges(column_lows, column_highs, column)
             points = _points(lows, highs, column, curve_bounds[index] if curve_bounds else None)
             reads = _reads(lows, highs, points, column.type in _NUMERIC)
-        except (TypeError, ValueError):  # stats of mixed types (a column whose type changed): no figure
+        except (TypeError, ValueError, pa.ArrowInvalid):  # stats of mixed types (a column whose type changed)
             continue
         result[column.name] = (reads / len(points) + count - len(lows)) / count if len(points) else 1.0
     return result
+
+
+def _ranged(values: Column, ranged: pa.Array | None) -> Column:
+    """The values of the files with min/max tuples."""
+    if ranged is None:
+        return values
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        return values.filter(ranged)
+    return [v for v, keep in zip(values, ranged.to_pylist(), strict=True) if keep]

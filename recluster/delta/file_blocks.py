@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import gc
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -24,10 +22,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from recluster.core.blocks import Block, Partition, parse_data_file_name
+from recluster.core.block_table import NO_HORIZON, BlockTable, IntArray, key_arrays
+from recluster.core.blocks import DATA_FILE_NAME, Block, Partition
 from recluster.core.curves import whole_curve
 from recluster.core.deletion_vectors import DeletionVector
-from recluster.core.keys import CURVE_COLUMN, ClusterKey, KeyColumn, KeyType, encode_key, encode_keys, encode_partition
+from recluster.core.keys import (
+    CURVE_COLUMN,
+    ClusterKey,
+    KeyColumn,
+    KeyType,
+    encode_key,
+    encode_keys,
+    encode_partition,
+    number_words,
+)
 from recluster.delta.storage import file_location, table_filesystem
 
 Column: TypeAlias = pa.Array | pa.ChunkedArray
@@ -133,20 +141,119 @@ def column_stats(actions: pa.Table, name: str, rows: Column) -> ColumnStats:
     has_nulls = pc.fill_null(pc.greater(nulls, 0), False)
     valid_range = pc.and_(pc.is_valid(lows), pc.is_valid(highs))
     usable = pc.and_(pc.and_(pc.is_valid(nulls), pc.is_valid(rows)), pc.or_(all_null, valid_range))
-    return ColumnStats(
-        lows=pc.if_else(has_nulls, pa.scalar(None, lows.type), lows),
-        highs=pc.if_else(all_null, pa.scalar(None, highs.type), highs),
+    return ColumnStats(  # (the log's own arrays when nothing is blanked: no copy of a million values)
+        lows=pc.if_else(has_nulls, pa.scalar(None, lows.type), lows) if pc.any(has_nulls).as_py() else lows,
+        highs=pc.if_else(all_null, pa.scalar(None, highs.type), highs) if pc.any(all_null).as_py() else highs,
         usable=usable.to_numpy(zero_copy_only=False),
     )
 
 
-def _epoch_ms(column: Column | None, count: int) -> list[int]:
+def _epoch_ms(column: Column | None, count: int) -> IntArray:
     """modificationTime as epoch milliseconds (delta-rs gives int64 ms; a timestamp type is converted)."""
     if column is None:
-        return [0] * count
+        return np.zeros(count, dtype=np.int64)
     if pa.types.is_timestamp(column.type):
         column = pc.cast(column, pa.timestamp("ms", column.type.tz), safe=False)
-    return list(column.cast(pa.int64()).fill_null(0).to_pylist())
+    return _numbers(column.cast(pa.int64()))
+
+
+def _numbers(column: Column, missing: int = 0) -> IntArray:
+    numbers: IntArray = column.cast(pa.int64()).fill_null(missing).to_numpy(zero_copy_only=False).astype(np.int64)
+    return numbers
+
+
+def _hex_numbers(column: Column, missing: int) -> IntArray:
+    """Fixed-width lowercase hex strings (NULL: `missing`) as numbers, without a Python call per file."""
+    strings = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    present = pc.is_valid(strings).to_numpy(zero_copy_only=False)
+    result = np.full(len(strings), missing, dtype=np.int64)
+    if not present.any():
+        return result
+    valid = strings.filter(pa.array(present))
+    offsets = np.frombuffer(valid.buffers()[1], dtype=np.int32)[valid.offset : valid.offset + len(valid) + 1]
+    chars = np.frombuffer(valid.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].reshape(len(valid), -1)
+    digits = np.where(chars >= ord("a"), chars - (ord("a") - 10), chars - ord("0")).astype(np.int64)
+    result[present] = digits @ (16 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64))
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class FileNames:
+    """What the names of the files recluster wrote say, for every file at once (`core.blocks` names them)."""
+
+    fingerprints: list[str | None]
+    fingerprint_codes: IntArray
+    levels: IntArray
+    run_numbers: IntArray
+    horizons: IntArray
+    curve_lows: IntArray
+    curve_highs: IntArray
+
+
+def _blank(values: Column) -> Column:
+    """An optional group that did not take part in the match ("") as NULL."""
+    return pc.if_else(pc.equal(values, ""), None, values)
+
+
+def parse_file_names(paths: Column) -> FileNames:
+    """`parse_data_file_name` of every path with Arrow's regex engine, on the names that can match (a million names
+    in a fraction of a second); a file recluster did not write has no fingerprint, level 0 and no horizon."""
+    count = len(paths)
+    names = FileNames(
+        fingerprints=[None],
+        fingerprint_codes=np.zeros(count, dtype=np.int32),
+        levels=np.zeros(count, dtype=np.int8),
+        run_numbers=np.zeros(count, dtype=np.int64),
+        horizons=np.full(count, NO_HORIZON, dtype=np.int64),
+        curve_lows=np.full(count, -1, dtype=np.int64),
+        curve_highs=np.full(count, -1, dtype=np.int64),
+    )
+    ours = np.flatnonzero(pc.match_substring(paths, "part-L").to_numpy(zero_copy_only=False))
+    if not len(ours):
+        return names
+    fields = pc.extract_regex(pc.take(paths, pa.array(ours)), DATA_FILE_NAME.pattern)
+    if isinstance(fields, pa.ChunkedArray):
+        fields = fields.combine_chunks()
+    field = {name: pc.struct_field(fields, name) for name in ("level", "fingerprint", "run")}
+    encoded = pc.dictionary_encode(field["fingerprint"], null_encoding="encode")
+    found = encoded.dictionary.to_pylist()
+    names.fingerprints.extend(f for f in found if f is not None)
+    codes = np.array([names.fingerprints.index(f) for f in found], dtype=np.int32)
+    names.fingerprint_codes[ours] = codes[encoded.indices.to_numpy(zero_copy_only=False)]
+    names.levels[ours] = _numbers(field["level"])
+    names.run_numbers[ours] = _hex_numbers(field["run"], 0)
+    names.horizons[ours] = _hex_numbers(_blank(pc.struct_field(fields, "horizon")), NO_HORIZON)
+    names.curve_lows[ours] = _hex_numbers(_blank(pc.struct_field(fields, "curve_low")), -1)
+    names.curve_highs[ours] = _hex_numbers(_blank(pc.struct_field(fields, "curve_high")), -1)
+    return names
+
+
+def file_partitions(actions: pa.Table, partition_columns: Sequence[str]) -> tuple[IntArray, list[Partition]]:
+    """Every file's partition as a code into the distinct partitions (one Python tuple per partition)."""
+    count = actions.num_rows
+    if not partition_columns:
+        return np.zeros(count, dtype=np.int32), [()]
+    combined = np.zeros(count, dtype=np.int64)  # mixed-radix code of the column codes
+    dictionaries: list[list[str | None]] = []
+    for name in partition_columns:
+        values = _column(actions, f"partition.{name}")
+        if values is None:
+            values = pa.nulls(count, pa.string())
+        elif isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        encoded = pc.dictionary_encode(values, null_encoding="encode")
+        texts = [partition_value_text(v) for v in encoded.dictionary.to_pylist()]
+        combined = combined * max(len(texts), 1) + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        dictionaries.append(texts)
+    distinct, codes = np.unique(combined, return_inverse=True)
+    partitions = []
+    for value in distinct.tolist():
+        parts = []
+        for name, texts in zip(reversed(partition_columns), reversed(dictionaries), strict=True):
+            value, at = divmod(value, max(len(texts), 1))
+            parts.append((name, texts[at]))
+        partitions.append(tuple(reversed(parts)))
+    return codes.astype(np.int32), partitions
 
 
 def _encoded(columns_values: Sequence[Column], key: ClusterKey, prefixes: Sequence[bytes]) -> list[bytes | None]:
@@ -160,19 +267,6 @@ def _encoded(columns_values: Sequence[Column], key: ClusterKey, prefixes: Sequen
     ]
 
 
-@contextmanager
-def cycle_collection_paused() -> Iterator[None]:
-    """Pause Python's cycle collector while a million blocks are made: it would scan every live object again and
-    again (about 40% of the time at 1,000,000 files). Blocks hold no cycles; reference counting still frees."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def blocks_from_actions(
     actions: pa.Table,
     key: ClusterKey,
@@ -180,94 +274,110 @@ def blocks_from_actions(
     table_uri: str,
     storage_options: Mapping[str, str] | None = None,
     deletion_vectors: Mapping[str, DeletionVector] | None = None,
-) -> list[Block]:
+) -> BlockTable:
     """Blocks from `get_add_actions(flatten=True)` rows; footer fallback for key columns without stats.
     `deletion_vectors` maps a path (as logged) to its file's deletion vector."""
-    with cycle_collection_paused():
-        return _blocks_from_actions(actions, key, partition_columns, table_uri, storage_options, deletion_vectors)
-
-
-def _blocks_from_actions(
-    actions: pa.Table,
-    key: ClusterKey,
-    partition_columns: Sequence[str],
-    table_uri: str,
-    storage_options: Mapping[str, str] | None,
-    deletion_vectors: Mapping[str, DeletionVector] | None,
-) -> list[Block]:
     count = actions.num_rows
-    paths = actions.column("path").to_pylist()
-    sizes = actions.column("size_bytes").to_pylist()
+    paths = actions.column("path")
+    sizes = _numbers(actions.column("size_bytes"))
     row_column = _column(actions, "num_records")
     row_column = pa.nulls(count, pa.int64()) if row_column is None else row_column.cast(pa.int64())
-    rows = row_column.to_pylist()
+    rows = _numbers(row_column)
     modified = _epoch_ms(_column(actions, "modification_time"), count)
-    part_values = [_column(actions, f"partition.{c}") for c in partition_columns]
-    partition_lists = [[None] * count if v is None else v.to_pylist() for v in part_values]
-    partitions: list[Partition] = (
-        [
-            tuple(zip(partition_columns, map(partition_value_text, row), strict=True))
-            for row in zip(*partition_lists, strict=True)
-        ]
-        if partition_columns
-        else [()] * count
-    )
-    prefix_of = {p: encode_partition(p) for p in set(partitions)}
-    prefixes = [prefix_of[p] for p in partitions]
+    partition_codes, partitions = file_partitions(actions, partition_columns)
     stats = [column_stats(actions, name, row_column) for name in key.names]
     from_log = np.logical_and.reduce([s.usable for s in stats]) if stats else np.zeros(count, dtype=bool)
-    lows: list[tuple[Any, ...] | None] = (
-        list(zip(*(s.lows.to_pylist() for s in stats), strict=True)) if stats else [None] * count
-    )
-    highs: list[tuple[Any, ...] | None] = (
-        list(zip(*(s.highs.to_pylist() for s in stats), strict=True)) if stats else [None] * count
-    )
     on_curve = key.on_curve
     linear = bool(stats) and not on_curve
-    min_keys: list[bytes | None] = _encoded([s.lows for s in stats], key, prefixes) if linear else [None] * count
-    max_keys: list[bytes | None] = _encoded([s.highs for s in stats], key, prefixes) if linear else [None] * count
-    for i in np.flatnonzero(~from_log).tolist() if key.columns else ():  # no usable log stats: the footer's
-        footer = footer_stats(table_uri, paths[i], key.names, storage_options)
-        rows[i], lows[i], highs[i] = footer.rows, footer.mins, footer.maxes
-        usable = linear and footer.mins is not None and footer.maxes is not None
-        min_keys[i] = encode_key(footer.mins, key.columns, prefixes[i]) if usable else None  # type: ignore[arg-type]
-        max_keys[i] = encode_key(footer.maxes, key.columns, prefixes[i]) if usable else None  # type: ignore[arg-type]
-    for i in [i for i, r in enumerate(rows) if r is None] if not key.columns else ():  # keyless: only the rows
-        rows[i] = footer_stats(table_uri, paths[i], (), storage_options).rows
-    written = list(map(parse_data_file_name, paths))
-    fingerprints = [w.fingerprint if w else None for w in written]
-    curve_ranges: list[tuple[int, int] | None] = [None] * count
-    for i in range(count) if on_curve else ():  # ranged by the curve values in its name
-        name = written[i]
-        if name is not None and name.fingerprint == key.fingerprint and name.curve_range is not None:
-            curve_ranges[i] = name.curve_range
-        else:  # not sorted on this curve yet: it may hold any curve value (and is merged onto it by absorbing)
-            fingerprints[i] = None
-            curve_ranges[i] = whole_curve(len(key.columns)) if key.bounds is not None and lows[i] else None
-        if (curve := curve_ranges[i]) is not None:
-            min_keys[i] = encode_key(curve[:1], (CURVE_COLUMN,), prefixes[i])
-            max_keys[i] = encode_key(curve[1:], (CURVE_COLUMN,), prefixes[i])
-    levels = [w.level if w and f else 0 for w, f in zip(written, fingerprints, strict=True)]
-    vectors = deletion_vectors or {}
-    dvs = [vectors.get(p) for p in paths] if vectors else [None] * count
-    # positional, in Block's field order: a million keyword calls cost a third more
-    return list(
-        map(
-            Block,
-            paths,
-            [r or 0 for r in rows],
-            sizes,
-            min_keys,
-            max_keys,
-            lows,
-            highs,
-            levels,
-            partitions,
-            fingerprints,
-            modified,
-            dvs,
-            curve_ranges,
+    lows, highs = [s.lows for s in stats], [s.highs for s in stats]
+    words = (
+        (number_words(lows[0], key.columns[0]), number_words(highs[0], key.columns[0]))
+        if linear and len(stats) == 1 and not partition_columns and from_log.all()
+        else (None, None)
+    )
+    min_keys: npt.NDArray[Any]
+    max_keys: npt.NDArray[Any]
+    key_list: tuple[list[bytes | None], list[bytes | None]] | None = None
+    if words[0] is not None and words[1] is not None:
+        min_keys, max_keys = words[0], words[1]
+    else:
+        prefix_of = [encode_partition(p) for p in partitions]
+        prefixes = [prefix_of[c] for c in partition_codes.tolist()]
+        key_list = (
+            (_encoded(lows, key, prefixes), _encoded(highs, key, prefixes))
+            if linear
+            else ([None] * count, [None] * count)
         )
+    clustered = from_log & linear
+    ranged = np.full(count, bool(stats))
+    overrides: dict[int, tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] = {}
+    for i in np.flatnonzero(~from_log).tolist() if key.columns else ():  # no usable log stats: the footer's
+        path = paths[i].as_py()
+        footer = footer_stats(table_uri, path, key.names, storage_options)
+        rows[i] = footer.rows
+        overrides[i] = (footer.mins, footer.maxes)
+        ranged[i] = bool(footer.mins) and bool(footer.maxes)
+        usable = linear and footer.mins is not None and footer.maxes is not None
+        clustered[i] = usable
+        if key_list is not None:
+            key_list[0][i] = encode_key(footer.mins, key.columns, prefixes[i]) if usable else None  # type: ignore[arg-type]
+            key_list[1][i] = encode_key(footer.maxes, key.columns, prefixes[i]) if usable else None  # type: ignore[arg-type]
+    for i in np.flatnonzero(pc.is_null(row_column).to_numpy(zero_copy_only=False)).tolist() if not key.columns else ():
+        rows[i] = footer_stats(table_uri, paths[i].as_py(), (), storage_options).rows  # keyless: only the rows
+    names = parse_file_names(paths)
+    fingerprint_codes, fingerprints = names.fingerprint_codes, list(names.fingerprints)
+    curve_ranges: dict[int, tuple[int, int]] = {}
+    if on_curve:  # ranged by the curve values in its name
+        assert key_list is not None
+        current = fingerprints.index(key.fingerprint) if key.fingerprint in fingerprints else -1
+        if None not in fingerprints:
+            fingerprints.append(None)
+        unsorted = fingerprints.index(None)
+        whole = whole_curve(len(key.columns)) if key.bounds is not None else None
+        for i in range(count):
+            if fingerprint_codes[i] == current and names.curve_lows[i] >= 0:
+                curve_ranges[i] = (int(names.curve_lows[i]), int(names.curve_highs[i]))
+            else:  # not sorted on this curve yet: it may hold any curve value (and is merged onto it by absorbing)
+                fingerprint_codes[i] = unsorted
+                if whole is not None and (overrides[i][0] if i in overrides else True):
+                    curve_ranges[i] = whole
+            if (curve := curve_ranges.get(i)) is not None:
+                key_list[0][i] = encode_key(curve[:1], (CURVE_COLUMN,), prefixes[i])
+                key_list[1][i] = encode_key(curve[1:], (CURVE_COLUMN,), prefixes[i])
+                clustered[i] = True
+    if key_list is not None:
+        min_keys, max_keys = key_arrays(*key_list)
+    has_fingerprint = np.array([f is not None for f in fingerprints], dtype=bool)[fingerprint_codes]
+    levels = np.where(has_fingerprint, names.levels, 0)
+    absorbed = names.horizons != NO_HORIZON
+    vectors = deletion_vectors or {}
+    logged = paths.combine_chunks() if vectors else None
+    positions = pc.index_in(pa.array(list(vectors), pa.string()), value_set=logged) if vectors else None
+    return BlockTable(
+        paths=paths,
+        rows=rows,
+        sizes=sizes,
+        min_keys=min_keys,
+        max_keys=max_keys,
+        clustered=clustered,
+        ranged=ranged,
+        lows=lows,
+        highs=highs,
+        levels=levels.astype(np.int8),
+        partition_codes=partition_codes,
+        partitions=partitions,
+        fingerprint_codes=fingerprint_codes,
+        fingerprints=fingerprints,
+        modified_ms=modified,
+        ages=np.where(absorbed, names.run_numbers, modified),
+        horizons=names.horizons,
+        curve_ranges=curve_ranges,
+        stats_overrides=overrides,
+        deletion_vectors={
+            int(at): vector
+            for at, vector in zip(positions.to_pylist() if positions else (), vectors.values(), strict=True)
+            if at is not None
+        },
     )
 
 
@@ -324,4 +434,5 @@ def blocks_from_log_adds(
     if not rows:
         return []
     vectors = {a["path"]: DeletionVector.from_log(a["deletionVector"]) for a in adds if a.get("deletionVector")}
-    return blocks_from_actions(pa.Table.from_pylist(rows), key, partition_columns, table_uri, storage_options, vectors)
+    actions = pa.Table.from_pylist(rows)
+    return list(blocks_from_actions(actions, key, partition_columns, table_uri, storage_options, vectors))

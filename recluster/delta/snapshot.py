@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
@@ -27,7 +28,7 @@ from recluster.core.keys import (
     key_column,
     parse_columns,
 )
-from recluster.delta.file_blocks import blocks_from_actions
+from recluster.delta.file_blocks import blocks_from_actions, file_partitions
 from recluster.delta.ranges import load_range_bounds
 from recluster.delta.storage import (
     describe_storage_error,
@@ -174,7 +175,8 @@ class TableSnapshot:
     version: int
     key: ClusterKey
     partition_columns: tuple[str, ...]
-    blocks: tuple[Block, ...]
+    blocks: Sequence[Block] = field(compare=False)
+    """A `BlockTable` when read from the log (a `Block` is made only for a file something looks at)."""
     properties: Mapping[str, str]
     data_schema: pa.Schema = field(compare=False)
     """The table schema without partition columns: what data files hold."""
@@ -218,17 +220,19 @@ def load_snapshot(
     location = normalize_uri(uri or table.table_uri)
     key = with_bounds(key, metadata.configuration, location, storage_options)
     vectors = live_deletion_vectors(table, location, storage_options)
-    blocks = blocks_from_actions(actions, key, partition_columns, location, storage_options, vectors)
     if partition:
         wanted = {k: str(v) for k, v in partition.items()}
-        blocks = [b for b in blocks if all(dict(b.partition).get(k) == v for k, v in wanted.items())]
+        codes, partitions = file_partitions(actions, partition_columns)
+        chosen = [i for i, p in enumerate(partitions) if all(dict(p).get(k) == v for k, v in wanted.items())]
+        actions = actions.filter(pa.array(np.isin(codes, chosen)))
+    blocks = blocks_from_actions(actions, key, partition_columns, location, storage_options, vectors)
     schema = arrow_schema(table)
     return TableSnapshot(
         uri=location,
         version=table.version(),
         key=key,
         partition_columns=partition_columns,
-        blocks=tuple(blocks),
+        blocks=blocks,
         properties=dict(metadata.configuration),
         data_schema=pa.schema([f for f in schema if f.name not in partition_columns]),
         storage_options=dict(storage_options or {}),

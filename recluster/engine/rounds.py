@@ -220,7 +220,7 @@ def recluster_table(
         if files_left is not None and files_left < 1:
             stop_reason = StopReason.FILE_LIMIT
             break
-        candidates = [b for b in snapshot.blocks if block_filter is None or block_filter(b)]
+        candidates = snapshot.blocks if block_filter is None else [b for b in snapshot.blocks if block_filter(b)]
         bounds = selection_bounds(settings, snapshot, files_left, policy=policy, beta=beta)
         plan = select_merge_tasks(uri, snapshot.version, candidates, bounds, final=final)
         plans.append(plan)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from recluster.core.block_table import BlockTable, IntArray, as_table
 from recluster.core.blocks import LEVEL_CONSTANT, Block, Partition
-from recluster.core.selection.absorb import absorb_tasks, decide_absorb, effective_beta, recover_runs
+from recluster.core.selection.absorb import absorb_tasks, decide_absorb, effective_beta
 from recluster.core.selection.levels import levels_tasks
 from recluster.core.selection.plan import (
     MergeTask,
@@ -21,42 +24,43 @@ from recluster.core.selection.plan import (
     WatermarkDecision,
     chunk_blocks,
     output_level,
-    partitions_of,
 )
+from recluster.core.selection.runs import table_runs
 
 
 def select_merge_tasks(
     table: str, read_version: int, blocks: Sequence[Block], bounds: SelectionBounds, *, final: bool = False
 ) -> ReclusterPlan:
     """Plan one round over a snapshot's blocks with `bounds.policy` (see the module docstring)."""
+    files = as_table(blocks)
     tasks: list[MergeTask] = []
     skipped: list[Skipped] = []
-    live, older = _live_blocks(blocks, bounds, final)
+    live, older = _live_files(files, bounds, final)
     if older:
         skipped.append(Skipped(Reason.OLDER_KEY, older, "not sorted by the current key; run FINAL"))
     absorb = bounds.policy is Policy.ABSORB and not final
     oversized = 0
     betas: list[float] = []
     watermarks: list[tuple[Partition, WatermarkDecision]] = []
-    for partition, members in sorted(partitions_of(live).items(), key=lambda item: str(item[0])):
-        unclustered = [b for b in members if not b.clustered]
+    for partition, members in _by_partition(files, live):
+        unclustered = files.take(members[~files.clustered[members]])
         oversized += sum(b.bytes > bounds.max_task_bytes for b in unclustered)
         for group in chunk_blocks(unclustered, bounds):
             level = max(b.level for b in group)
             tasks.append(MergeTask(partition, level, output_level(level), tuple(group), Reason.UNCLUSTERED, 0))
-        clustered = [b for b in members if b.clustered]
+        clustered = members[files.clustered[members]]
         budget = bounds.max_tasks - len(tasks)
         if len(clustered) < 2 or budget < 1:
             continue
         if absorb:
-            beta = effective_beta(clustered, bounds)
+            beta = effective_beta(files, clustered, bounds)
             betas.append(beta)
-            found, decision = absorb_tasks(partition, clustered, bounds, beta, budget)
+            found, decision = absorb_tasks(partition, files, clustered, bounds, beta, budget)
             over = 0
             if decision is not None:
                 watermarks.append((partition, decision))
         else:
-            found, over = levels_tasks(partition, clustered, bounds, final, budget)
+            found, over = levels_tasks(partition, files.take(clustered), bounds, final, budget)
         tasks.extend(found)
         oversized += over
     if oversized:
@@ -75,14 +79,24 @@ def select_merge_tasks(
     )
 
 
-def _live_blocks(blocks: Sequence[Block], bounds: SelectionBounds, final: bool) -> tuple[list[Block], int]:
-    """The blocks a round may merge, and how many it leaves because they are sorted by an older key (FINAL
+def _live_files(files: BlockTable, bounds: SelectionBounds, final: bool) -> tuple[IntArray, int]:
+    """The files a round may merge, and how many it leaves because they are sorted by an older key (FINAL
     takes those too)."""
-    live = [b for b in blocks if b.level != LEVEL_CONSTANT]
+    live = np.flatnonzero(files.levels != LEVEL_CONSTANT)
     if final:
         return live, 0
-    current = [b for b in live if b.key_fingerprint in (None, bounds.key_fingerprint)]
-    return current, len(live) - len(current)
+    current = [i for i, f in enumerate(files.fingerprints) if f in (None, bounds.key_fingerprint)]
+    chosen = live[np.isin(files.fingerprint_codes[live], current)]
+    return chosen, len(live) - len(chosen)
+
+
+def _by_partition(files: BlockTable, indices: IntArray) -> list[tuple[Partition, IntArray]]:
+    """The files of each partition (in table order), partitions in the order of their text."""
+    codes = files.partition_codes[indices]
+    order = np.argsort(codes, kind="stable")
+    groups = np.split(indices[order], np.flatnonzero(np.diff(codes[order])) + 1) if len(indices) else []
+    found = [(files.partitions[int(files.partition_codes[g[0]])], g) for g in groups]
+    return sorted(found, key=lambda item: str(item[0]))
 
 
 def time_like_decisions(
@@ -93,12 +107,14 @@ def time_like_decisions(
     `absorb` makes them: none under `levels`."""
     if bounds.policy is not Policy.ABSORB:
         return ()
-    live, _ = _live_blocks(blocks, bounds, final=False)
+    files = as_table(blocks)
+    live, _ = _live_files(files, bounds, final=False)
     decisions = []
-    for partition, members in sorted(partitions_of(live).items(), key=lambda item: str(item[0])):
-        clustered = [b for b in members if b.clustered]
+    for partition, members in _by_partition(files, live):
+        clustered = members[files.clustered[members]]
         if len(clustered) >= 2:
-            _, decision = decide_absorb(recover_runs(clustered), effective_beta(clustered, bounds), bounds.target_rows)
+            beta = effective_beta(files, clustered, bounds)
+            _, decision = decide_absorb(table_runs(files, clustered), beta, bounds.target_rows)
             if decision is not None:
                 decisions.append((partition, decision))
     return tuple(decisions)

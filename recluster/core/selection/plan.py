@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -184,13 +184,6 @@ def partition_text(partition: Partition) -> str:
 
 def level_threshold(blocks_in_level: int, bounds: SelectionBounds) -> float:
     return min(max(blocks_in_level * bounds.depth_ratio, 1.0), bounds.max_depth_threshold)
-
-
-def partitions_of(blocks: Iterable[Block]) -> dict[Partition, list[Block]]:
-    grouped: dict[Partition, list[Block]] = {}
-    for block in blocks:
-        grouped.setdefault(block.partition, []).append(block)
-    return grouped
 
 
 def output_level(level: int) -> int:

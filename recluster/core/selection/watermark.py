@@ -20,17 +20,17 @@ rule. Every input is in the snapshot (file stats and ages), so a restart decides
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
-from datetime import date, datetime
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from recluster.core.blocks import Block
-from recluster.core.metrics import mean_block_depth
+from recluster.core.block_table import FloatArray, IntArray
+from recluster.core.metrics import table_mean_depth
 from recluster.core.selection.plan import Reason, WatermarkDecision
+from recluster.core.selection.runs import Runs
 
 RENT_SHARE = 0.15
 """theta: absorb the head once the extra depth paid since the last absorb reaches this share of its rewrite
@@ -56,27 +56,7 @@ MIN_CLOSED_SHARE = 0.5
 stay at least half the target size."""
 
 
-def first_value(block: Block, high: bool) -> Any:
-    values = block.max_values if high else block.min_values
-    return values[0] if values else None
-
-
-def position(value: Any) -> float | None:
-    """A first-key value as a number on its axis (None: not subtractable, e.g. strings and booleans)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float | Decimal):
-        number = float(value)
-        return None if number != number else number
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, date):
-        return float(value.toordinal())
-    return None
-
-
 Span = tuple[float, float]
-FloatArray = npt.NDArray[np.float64]
 
 
 def learned_lag(older: Span, appends: Sequence[Span]) -> tuple[float, float]:
@@ -92,27 +72,13 @@ def learned_lag(older: Span, appends: Sequence[Span]) -> tuple[float, float]:
     return lag, float(np.mean(advances))
 
 
-def first_positions(blocks: Sequence[Block]) -> tuple[FloatArray, FloatArray] | None:
-    """Each block's first-key minimum and maximum on its axis; None when a value is not a number."""
-    found = []
-    for values in ([first_value(b, False) for b in blocks], [first_value(b, True) for b in blocks]):
-        if not set(map(type, values)) <= {int, float}:  # else: the plain numbers, at once
-            values = [position(v) for v in values]
-            if None in values:
-                return None
-        array = np.array(values, dtype=np.float64)
-        if np.isnan(array).any():
-            return None
-        found.append(array)
-    return found[0], found[1]
-
-
 def value_at(position_value: float, like: Any) -> Any:
     """A number on the first key's axis back as a value of the column's type (rounded down)."""
-    if isinstance(like, datetime):
-        return datetime.fromtimestamp(position_value, tz=like.tzinfo)
-    if isinstance(like, date):
-        return date.fromordinal(int(position_value))
+    if isinstance(like, dt.datetime):
+        moment = dt.datetime.fromtimestamp(position_value, tz=like.tzinfo or dt.UTC)
+        return moment if like.tzinfo else moment.replace(tzinfo=None)  # no zone: UTC, as `position` reads it
+    if isinstance(like, dt.date):
+        return dt.date.fromordinal(int(position_value))
     if isinstance(like, int):
         return int(np.floor(position_value))
     if isinstance(like, Decimal):
@@ -127,21 +93,22 @@ def rows_below(lows: FloatArray, highs: FloatArray, rows: FloatArray, cut: float
     return float((rows * np.where(width > 0, spread, lows < cut)).sum())
 
 
-def decide_watermark(
-    main: Sequence[Block], appends: Sequence[Sequence[Block]], overlapped: Sequence[Block], target_rows: int | None
-) -> WatermarkDecision | None:
-    """The time-like decision for a main run and the appends waiting after it (oldest first), or None when the
-    table is not time-like. `overlapped`: the main run's files the appends overlap (rewritten with them)."""
-    waiting = [b for files in appends for b in files]
-    if not main or not waiting or any(b.curve_range is not None for b in (*main, *waiting)):
-        return None  # a curve key orders by the curve value, not by its first column
-    everything = [*main, *waiting]
-    positions, head = first_positions(everything), first_positions(overlapped)
-    if positions is None or head is None:
+def decide_watermark(runs: Runs, overlapped: IntArray, target_rows: int | None) -> WatermarkDecision | None:
+    """The time-like decision for the oldest run and the appends waiting after it, or None when the table is not
+    time-like. `overlapped`: the oldest run's files the appends overlap (rewritten with them)."""
+    table, everything = runs.table, runs.files
+    main = runs.members(0)
+    waiting = everything[len(main) :]
+    if not len(main) or not len(waiting):
         return None
-    lows, highs = positions
-    starts = np.cumsum([0, len(main), *(len(files) for files in appends)])[:-1]
-    run_lows, run_highs = np.minimum.reduceat(lows, starts).tolist(), np.maximum.reduceat(highs, starts).tolist()
+    if table.curve_ranges and any(int(i) in table.curve_ranges for i in everything):
+        return None  # a curve key orders by the curve value, not by its first column
+    first_lows, first_highs = table.first_positions()
+    lows, highs = first_lows[everything], first_highs[everything]
+    if np.isnan(lows).any() or np.isnan(highs).any():
+        return None
+    run_lows = np.minimum.reduceat(lows, runs.bounds[:-1]).tolist()
+    run_highs = np.maximum.reduceat(highs, runs.bounds[:-1]).tolist()
     spans = list(zip(run_lows, run_highs, strict=True))
     low, high = float(lows.min()), float(highs.max())
     if high <= low:
@@ -149,32 +116,31 @@ def decide_watermark(
     lag, advance = learned_lag(spans[0], spans[1:])
     if advance < MIN_ADVANCE or lag >= TIME_LIKE_LAG_SHARE * (high - low):
         return None
-    like = first_value(everything[int(np.argmax(highs))], True)
+    like = table.first_value(int(everything[int(np.argmax(highs))]), True)
     watermark = high - lag
-    per_append = sum(b.rows for b in waiting) / len(appends)
-    head_rows = sum(b.rows for b in waiting) + sum(b.rows for b in overlapped)
+    waiting_rows = table.rows[waiting].astype(np.float64)
+    head_file_rows = table.rows[overlapped].astype(np.float64)
+    per_append = float(waiting_rows.sum()) / (len(runs) - 1)
+    head_rows = float(waiting_rows.sum() + head_file_rows.sum())
     threshold = RENT_SHARE * max(head_rows, HEAD_FLOOR_FILES * (target_rows or 0)) / max(per_append, 1.0)
-    accumulator = accumulated_depth(main, appends, threshold)
-    waiting_rows = np.array([b.rows for b in waiting], dtype=np.float64)
-    head_file_rows = np.array([b.rows for b in overlapped], dtype=np.float64)
+    accumulator = accumulated_depth(runs, threshold)
     closing = rows_below(lows[len(main) :], highs[len(main) :], waiting_rows, watermark)
-    closing += rows_below(head[0], head[1], head_file_rows, watermark)
+    closing += rows_below(first_lows[overlapped], first_highs[overlapped], head_file_rows, watermark)
     cut = target_rows is not None and closing >= MIN_CLOSED_SHARE * target_rows
     reason = Reason.WATERMARK_ABSORB if accumulator >= threshold else Reason.WATERMARK_RENT
     lag_value = value_at(high, like) - value_at(watermark, like) if not isinstance(like, float) else lag
     return WatermarkDecision(lag_value, value_at(watermark, like), accumulator, threshold, reason, cut)
 
 
-def accumulated_depth(main: Sequence[Block], appends: Sequence[Sequence[Block]], threshold: float) -> float:
+def accumulated_depth(runs: Runs, threshold: float) -> float:
     """Sum of (average depth - 1) after each waiting append, in commit order; it stops once past `threshold`
     (the decision is made), and counts a backlog of more than MAX_COUNTED_APPENDS as reaching it: after a long
     stop the head is absorbed without one depth profile per waiting append."""
-    if len(appends) > MAX_COUNTED_APPENDS:
+    if len(runs) - 1 > MAX_COUNTED_APPENDS:
         return threshold
-    total, files = 0.0, list(main)
-    for members in appends:
-        files.extend(members)
-        total += mean_block_depth(files) - 1
+    total = 0.0
+    for end in runs.bounds[2:].tolist():
+        total += table_mean_depth(runs.table, runs.files[:end]) - 1
         if total >= threshold:
             break
     return total
