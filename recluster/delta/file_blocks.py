@@ -199,6 +199,11 @@ def parse_file_names(paths: Column) -> FileNames:
     """`parse_data_file_name` of every path with Arrow's regex engine, on the names that can match (a million names
     in a fraction of a second); a file recluster did not write has no fingerprint, level 0 and no horizon."""
     count = len(paths)
+    ours = np.flatnonzero(pc.match_substring(paths, "part-L").to_numpy(zero_copy_only=False))
+    if not len(ours):  # a table recluster never wrote: constant columns that hold no memory
+        none = np.broadcast_to(np.int64(-1), (count,))
+        zero = np.broadcast_to(np.int64(0), (count,))
+        return FileNames([None], zero, zero, zero, none, none, none)
     names = FileNames(
         fingerprints=[None],
         fingerprint_codes=np.zeros(count, dtype=np.int32),
@@ -208,9 +213,6 @@ def parse_file_names(paths: Column) -> FileNames:
         curve_lows=np.full(count, -1, dtype=np.int64),
         curve_highs=np.full(count, -1, dtype=np.int64),
     )
-    ours = np.flatnonzero(pc.match_substring(paths, "part-L").to_numpy(zero_copy_only=False))
-    if not len(ours):
-        return names
     fields = pc.extract_regex(pc.take(paths, pa.array(ours)), DATA_FILE_NAME.pattern)
     if isinstance(fields, pa.ChunkedArray):
         fields = fields.combine_chunks()
@@ -329,6 +331,7 @@ def blocks_from_actions(
     curve_ranges: dict[int, tuple[int, int]] = {}
     if on_curve:  # ranged by the curve values in its name
         assert key_list is not None
+        fingerprint_codes = fingerprint_codes.astype(np.int32)  # (a writable copy)
         current = fingerprints.index(key.fingerprint) if key.fingerprint in fingerprints else -1
         if None not in fingerprints:
             fingerprints.append(None)
@@ -348,7 +351,7 @@ def blocks_from_actions(
     if key_list is not None:
         min_keys, max_keys = key_arrays(*key_list)
     has_fingerprint = np.array([f is not None for f in fingerprints], dtype=bool)[fingerprint_codes]
-    levels = np.where(has_fingerprint, names.levels, 0)
+    levels = np.where(has_fingerprint, names.levels, 0).astype(np.int8)
     absorbed = names.horizons != NO_HORIZON
     vectors = deletion_vectors or {}
     logged = paths.combine_chunks() if vectors else None
@@ -363,13 +366,13 @@ def blocks_from_actions(
         ranged=ranged,
         lows=lows,
         highs=highs,
-        levels=levels.astype(np.int8),
+        levels=levels,
         partition_codes=partition_codes,
         partitions=partitions,
         fingerprint_codes=fingerprint_codes,
         fingerprints=fingerprints,
         modified_ms=modified,
-        ages=np.where(absorbed, names.run_numbers, modified),
+        ages=np.where(absorbed, names.run_numbers, modified) if absorbed.any() else modified,
         horizons=names.horizons,
         curve_ranges=curve_ranges,
         stats_overrides=overrides,
