@@ -23,7 +23,8 @@ from recluster.core.blocks import Block, Partition, file_age
 from recluster.core.deletion_vectors import DeletionVector
 from recluster.core.keys import ONE_NUMBER_KEY_BYTES, VALUE_MARKER
 
-IntArray = npt.NDArray[np.int64]
+IntArray = npt.NDArray[np.signedinteger[Any]]
+"""Indices, counts and key ranks (int32 where a million of them are kept, int64 elsewhere)."""
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 Column: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[Any]
@@ -67,10 +68,10 @@ def rank_keys(keys: Sequence[bytes]) -> tuple[IntArray, int]:
 
 
 def _rank_words(words: npt.NDArray[np.uint64]) -> tuple[IntArray, int]:
-    """Dense ranks of numbers, freeing each temporary as soon as it is spent (`np.unique` with its inverse holds
-    about twice as much at once: a million-file table's keys are two million numbers)."""
+    """Dense int32 ranks of numbers, freeing each temporary as soon as it is spent (`np.unique` with its inverse
+    holds about twice as much at once: a million-file table's keys are two million numbers)."""
     if not len(words):
-        return np.zeros(0, dtype=np.int64), 0
+        return np.zeros(0, dtype=np.int32), 0
     order = np.argsort(words)
     ordered = words[order]
     new_value = np.empty(len(words), dtype=bool)
@@ -78,10 +79,10 @@ def _rank_words(words: npt.NDArray[np.uint64]) -> tuple[IntArray, int]:
     np.not_equal(ordered[1:], ordered[:-1], out=new_value[1:])
     del ordered
     dense = np.cumsum(new_value, dtype=np.int32)
-    ranks = np.empty(len(words), dtype=np.int64)
+    dense -= 1
+    ranks = np.empty(len(words), dtype=np.int32)
     ranks[order] = dense
-    ranks -= 1
-    return ranks, int(dense[-1])
+    return ranks, int(dense[-1]) + 1
 
 
 def dense_ranks(lo: IntArray, hi: IntArray) -> tuple[IntArray, IntArray, int]:
@@ -147,6 +148,12 @@ def column_positions(column: Column) -> FloatArray:
     return floats
 
 
+def _take(column: Column, indices: IntArray) -> Column:
+    if isinstance(column, pa.Array | pa.ChunkedArray):
+        return column.take(pa.array(indices))
+    return [column[int(i)] for i in indices]
+
+
 def _value(column: Column, index: int) -> Any:
     if isinstance(column, pa.Array | pa.ChunkedArray):
         return column[index].as_py()
@@ -200,10 +207,10 @@ class BlockTable(Sequence[Block]):
         self.stats_overrides = dict(stats_overrides or {})
         """Files whose min/max tuples came from the Parquet footer (not the log columns)."""
         self.deletion_vectors = dict(deletion_vectors or {})
-        self._blocks: list[Block | None] = list(blocks) if blocks is not None else [None] * len(rows)
+        self._blocks: dict[int, Block] = dict(enumerate(blocks)) if blocks is not None else {}
+        """The Blocks made so far (a list of a million empty slots alone would cost 8 MB)."""
         self._ranks: tuple[IntArray, IntArray, int] | None = None
         self._clustered_count = int(np.count_nonzero(clustered))
-        self._first: tuple[FloatArray, FloatArray] | None = None
 
     @classmethod
     def from_blocks(cls, blocks: Sequence[Block]) -> BlockTable:
@@ -260,7 +267,7 @@ class BlockTable(Sequence[Block]):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
             index += len(self)
-        block = self._blocks[index]
+        block = self._blocks.get(index)
         if block is None:
             block = self._blocks[index] = self._make(index)
         return block
@@ -309,17 +316,22 @@ class BlockTable(Sequence[Block]):
         )
 
     def key_ranks(self) -> tuple[IntArray, IntArray, int]:
-        """Every file's minimum and maximum key as ranks among all the table's distinct keys (one sort, kept);
-        -1 for an unclustered file."""
+        """Every file's minimum and maximum key as int32 ranks among all the table's distinct keys (one sort,
+        kept); -1 for an unclustered file."""
         if self._ranks is None:
-            chosen = np.flatnonzero(self.clustered)
-            lo = np.full(len(self), -1, dtype=np.int64)
-            hi = np.full(len(self), -1, dtype=np.int64)
+            every = self._clustered_count == len(self)
+            chosen: IntArray | slice = slice(None) if every else np.flatnonzero(self.clustered)
             if self.min_keys.dtype == object:
                 ranks, points = rank_keys([*self.min_keys[chosen], *self.max_keys[chosen]])
+                ranks = ranks.astype(np.int32)
             else:
                 ranks, points = _rank_words(np.concatenate([self.min_keys[chosen], self.max_keys[chosen]]))
-            lo[chosen], hi[chosen] = ranks[: len(chosen)], ranks[len(chosen) :]
+            count = self._clustered_count
+            if every:
+                lo, hi = ranks[:count], ranks[count:]
+            else:
+                lo, hi = np.full(len(self), -1, dtype=np.int32), np.full(len(self), -1, dtype=np.int32)
+                lo[chosen], hi[chosen] = ranks[:count], ranks[count:]
             self._ranks = (lo, hi, points)
         return self._ranks
 
@@ -331,19 +343,20 @@ class BlockTable(Sequence[Block]):
             return lo[indices], hi[indices], points
         return dense_ranks(lo[indices], hi[indices])
 
-    def first_positions(self) -> tuple[FloatArray, FloatArray]:
-        """Every file's first-key-column minimum and maximum as numbers on that column's axis (`position`); NaN
+    def first_positions(self, indices: IntArray) -> tuple[FloatArray, FloatArray]:
+        """These files' first-key-column minimums and maximums as numbers on that column's axis (`position`); NaN
         where there is none (no stats, a NULL, a type that does not subtract)."""
-        if self._first is None:
-            if not self.lows:
-                self._first = (np.full(len(self), np.nan), np.full(len(self), np.nan))
-            else:
-                lows, highs = column_positions(self.lows[0]), column_positions(self.highs[0])
-                for index, (mins, maxes) in self.stats_overrides.items():
-                    lows[index] = position(mins[0] if mins else None)
-                    highs[index] = position(maxes[0] if maxes else None)
-                self._first = (lows, highs)
-        return self._first
+        if not self.lows:
+            return np.full(len(indices), np.nan), np.full(len(indices), np.nan)
+        every = len(indices) == len(self)  # (indices are distinct: all of them, in some order)
+        lows, highs = (column_positions(c if every else _take(c, indices)) for c in (self.lows[0], self.highs[0]))
+        if every:
+            lows, highs = lows[indices], highs[indices]
+        overridden = np.fromiter(self.stats_overrides, dtype=np.int64, count=len(self.stats_overrides))
+        for place in np.flatnonzero(np.isin(indices, overridden)).tolist():
+            mins, maxes = self.stats_overrides[int(indices[place])]
+            lows[place], highs[place] = position(mins[0] if mins else None), position(maxes[0] if maxes else None)
+        return lows, highs
 
     def first_value(self, index: int, high: bool) -> Any:
         """The first key column's minimum (or maximum) of one file; None when it has none."""

@@ -50,17 +50,15 @@ def _range_max(values: IntArray, lo: IntArray, hi: IntArray) -> IntArray:
     if len(lo) == 0:
         return result
     row = values.astype(np.int32)  # depths fit; half the memory traffic
-    level = np.frexp((hi - lo + 1).astype(np.float64))[1] - 1  # floor(log2(length)), exact
-    by_level = np.argsort(level, kind="stable")
-    ends = np.searchsorted(level[by_level], np.arange(int(level.max()) + 2))
+    length = (hi - lo + 1).astype(np.int32)
     span = 1
-    for k in range(len(ends) - 1):
-        asked = by_level[ends[k] : ends[k + 1]]
+    while span <= int(length.max()):
+        asked = np.flatnonzero((length >= span) & (length < 2 * span))  # floor(log2(length)) == k
         if len(asked):
             result[asked] = np.maximum(row[lo[asked]], row[hi[asked] - span + 1])
         if 2 * span <= n:
             width = n - 2 * span + 1
-            row[:width] = np.maximum(row[:width], row[span : span + width])
+            np.maximum(row[:width], row[span : span + width], out=row[:width])
         span *= 2
     return result
 
@@ -72,21 +70,30 @@ def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> Depth
     return ranked_depth_profile(ranks[:n], ranks[n:], points)
 
 
+def _cumulative_count(points_of: IntArray, points: int) -> npt.NDArray[np.int32]:
+    """How many of `points_of` are at or before each point, as int32 (counted in place: no second int64 array)."""
+    counts = np.bincount(points_of, minlength=points)
+    np.cumsum(counts, out=counts)
+    return counts.astype(np.int32)
+
+
 def ranked_depth_profile(lo: IntArray, hi: IntArray, points: int) -> DepthProfile:
     """`depth_profile` from the blocks' point ranks among `points` ordered keys (a point no block starts or ends
     at is allowed: it never starts a block, so it changes no figure). Counts are int32 (a million blocks: every
     array here is a few megabytes)."""
     n = len(lo)
-    starting_at_or_before = np.cumsum(np.bincount(lo, minlength=points), dtype=np.int32)
+    starting_at_or_before = _cumulative_count(lo, points)
     ending_before = np.zeros(points + 1, dtype=np.int32)
-    np.cumsum(np.bincount(hi, minlength=points), out=ending_before[1:])
+    ending_before[1:] = _cumulative_count(hi, points)
     point_depth = starting_at_or_before - ending_before[:-1]
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return DepthProfile(lo, hi, point_depth, empty, empty)
     block_depth = _range_max(point_depth, lo, hi)
     # overlaps(b) = n - 1 - #(blocks starting after b ends) - #(blocks ending before b starts)
-    overlaps = (n - 1 - (n - starting_at_or_before[hi].astype(np.int64)) - ending_before[lo]).astype(np.int64)
+    overlaps = starting_at_or_before[hi].astype(np.int64)
+    overlaps -= ending_before[lo]
+    overlaps -= 1
     return DepthProfile(lo, hi, point_depth, block_depth, overlaps)
 
 

@@ -51,8 +51,8 @@ def _reads(lows: Values, highs: Values, points: Values, numeric: bool) -> float:
     if numeric:
         low_array, high_array = np.sort(np.asarray(lows, np.float64)), np.sort(np.asarray(highs, np.float64))
         at = np.sort(np.asarray(points, np.float64))  # sorted queries search far faster
-        inside = np.searchsorted(low_array, at, "right") - np.searchsorted(high_array, at, "left")
-        return float(inside.sum())
+        started = int(np.searchsorted(low_array, at, "right").sum())
+        return float(started - int(np.searchsorted(high_array, at, "left").sum()))
     low_list, high_list = sorted(lows), sorted(highs)
     return float(sum(bisect.bisect_right(low_list, p) - bisect.bisect_left(high_list, p) for p in points))
 

@@ -158,7 +158,11 @@ def _epoch_ms(column: Column | None, count: int) -> IntArray:
 
 
 def _numbers(column: Column, missing: int = 0) -> IntArray:
-    numbers: IntArray = column.cast(pa.int64()).fill_null(missing).to_numpy(zero_copy_only=False).astype(np.int64)
+    """An integer column as int64 numbers (NULL: `missing`), with no copy beyond the one numpy array."""
+    column = column.cast(pa.int64())
+    if column.null_count:
+        column = column.fill_null(missing)
+    numbers: IntArray = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
     return numbers
 
 
@@ -350,8 +354,11 @@ def blocks_from_actions(
                 clustered[i] = True
     if key_list is not None:
         min_keys, max_keys = key_arrays(*key_list)
-    has_fingerprint = np.array([f is not None for f in fingerprints], dtype=bool)[fingerprint_codes]
-    levels = np.where(has_fingerprint, names.levels, 0).astype(np.int8)
+    if fingerprints == [None]:  # nothing recluster wrote: every file appended, level 0
+        levels = np.broadcast_to(np.int8(0), (count,))
+    else:
+        has_fingerprint = np.array([f is not None for f in fingerprints], dtype=bool)[fingerprint_codes]
+        levels = np.where(has_fingerprint, names.levels, 0).astype(np.int8)
     absorbed = names.horizons != NO_HORIZON
     vectors = deletion_vectors or {}
     logged = paths.combine_chunks() if vectors else None

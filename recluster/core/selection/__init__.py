@@ -48,7 +48,7 @@ def select_merge_tasks(
         for group in chunk_blocks(unclustered, bounds):
             level = max(b.level for b in group)
             tasks.append(MergeTask(partition, level, output_level(level), tuple(group), Reason.UNCLUSTERED, 0))
-        clustered = members[files.clustered[members]]
+        clustered = _clustered(files, members)
         budget = bounds.max_tasks - len(tasks)
         if len(clustered) < 2 or budget < 1:
             continue
@@ -82,21 +82,30 @@ def select_merge_tasks(
 def _live_files(files: BlockTable, bounds: SelectionBounds, final: bool) -> tuple[IntArray, int]:
     """The files a round may merge, and how many it leaves because they are sorted by an older key (FINAL
     takes those too)."""
-    live = np.flatnonzero(files.levels != LEVEL_CONSTANT)
-    if final:
-        return live, 0
+    constant = files.levels == LEVEL_CONSTANT
+    live = np.flatnonzero(~constant) if constant.any() else np.arange(len(files))
     current = [i for i, f in enumerate(files.fingerprints) if f in (None, bounds.key_fingerprint)]
+    if final or len(current) == len(files.fingerprints):
+        return live, 0
     chosen = live[np.isin(files.fingerprint_codes[live], current)]
     return chosen, len(live) - len(chosen)
 
 
 def _by_partition(files: BlockTable, indices: IntArray) -> list[tuple[Partition, IntArray]]:
-    """The files of each partition (in table order), partitions in the order of their text."""
+    """The files of each partition (ascending), partitions in the order of their text."""
+    if len(files.partitions) == 1:
+        return [(files.partitions[0], indices)] if len(indices) else []
     codes = files.partition_codes[indices]
     order = np.argsort(codes, kind="stable")
     groups = np.split(indices[order], np.flatnonzero(np.diff(codes[order])) + 1) if len(indices) else []
     found = [(files.partitions[int(files.partition_codes[g[0]])], g) for g in groups]
     return sorted(found, key=lambda item: str(item[0]))
+
+
+def _clustered(files: BlockTable, members: IntArray) -> IntArray:
+    """The clustered ones of some files (the same array when all are)."""
+    wanted = files.clustered[members]
+    return members if wanted.all() else members[wanted]
 
 
 def time_like_decisions(
@@ -111,7 +120,7 @@ def time_like_decisions(
     live, _ = _live_files(files, bounds, final=False)
     decisions = []
     for partition, members in _by_partition(files, live):
-        clustered = members[files.clustered[members]]
+        clustered = _clustered(files, members)
         if len(clustered) >= 2:
             beta = effective_beta(files, clustered, bounds)
             _, decision = decide_absorb(table_runs(files, clustered), beta, bounds.target_rows)

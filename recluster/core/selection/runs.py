@@ -75,22 +75,35 @@ def recover_runs(blocks: Sequence[Block]) -> Runs:
 
 
 def table_runs(table: BlockTable, indices: IntArray) -> Runs:
-    """The runs of some clustered files of a table: by age, each by (min key, path)."""
-    ages = table.ages[indices]
+    """The runs of some clustered files of a table (distinct, ascending): by age, each by (min key, path)."""
+    every = len(indices) == len(table)  # then indices is every file in order: no gathers
+    ages = table.ages if every else table.ages[indices]
     mins, _, points = table.key_ranks()
-    mins = mins[indices]
+    mins = mins if every else mins[indices]
     order = sort_pairs(ages, mins, points)
-    tied = (ages[order][1:] == ages[order][:-1]) & (mins[order][1:] == mins[order][:-1])
-    if tied.any():  # equal minimums in one run: by path (rare: ranking a million paths costs)
+    if len(order) > 1 and _tied(ages, mins, order):  # equal minimums in one run: by path (rare: ranking costs)
         paths = table.paths if isinstance(table.paths, pa.Array | pa.ChunkedArray) else pa.array(table.paths)
         path_ranks = pc.rank(pc.take(paths, pa.array(indices)), tiebreaker="dense").to_numpy().astype(np.int64)
         order = np.lexsort((path_ranks, mins, ages))
     files = indices[order]
     sorted_ages = ages[order]
+    del order
     starts = np.flatnonzero(np.diff(sorted_ages, prepend=sorted_ages[:1] - 1)) if len(files) else np.zeros(0, np.int64)
     bounds = np.append(starts, len(files)).astype(np.int64)
     horizons = np.maximum.reduceat(table.horizons[files], starts) if len(starts) else np.zeros(0, np.int64)
     return Runs(table, files, bounds, sorted_ages[starts], horizons.astype(np.int64))
+
+
+def _tied(ages: IntArray, mins: IntArray, order: IntArray) -> bool:
+    """Whether two neighbours in `order` have the same age and minimum (checked a chunk at a time: no full-size
+    temporaries)."""
+    step = 1 << 16
+    for start in range(0, len(order) - 1, step):
+        here, after = order[start : start + step], order[start + 1 : start + step + 1]
+        here = here[: len(after)]
+        if np.any((ages[here] == ages[after]) & (mins[here] == mins[after])):
+            return True
+    return False
 
 
 def sort_pairs(major: IntArray, minor: IntArray, minor_limit: int) -> IntArray:
@@ -101,4 +114,8 @@ def sort_pairs(major: IntArray, minor: IntArray, minor_limit: int) -> IntArray:
     low = int(major.min())
     if (int(major.max()) - low + 1) * max(minor_limit, 1) >= 1 << 63:
         return np.lexsort((minor, major))
-    return np.argsort((major - low) * max(minor_limit, 1) + minor, kind="stable")
+    composite = major.astype(np.int64)  # (ranks may be int32: the product must not wrap)
+    composite -= low
+    composite *= max(minor_limit, 1)
+    composite += minor
+    return np.argsort(composite, kind="stable")

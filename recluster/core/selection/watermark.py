@@ -103,8 +103,7 @@ def decide_watermark(runs: Runs, overlapped: IntArray, target_rows: int | None) 
         return None
     if table.curve_ranges and any(int(i) in table.curve_ranges for i in everything):
         return None  # a curve key orders by the curve value, not by its first column
-    first_lows, first_highs = table.first_positions()
-    lows, highs = first_lows[everything], first_highs[everything]
+    lows, highs = table.first_positions(everything)
     if np.isnan(lows).any() or np.isnan(highs).any():
         return None
     run_lows = np.minimum.reduceat(lows, runs.bounds[:-1]).tolist()
@@ -125,7 +124,7 @@ def decide_watermark(runs: Runs, overlapped: IntArray, target_rows: int | None) 
     threshold = RENT_SHARE * max(head_rows, HEAD_FLOOR_FILES * (target_rows or 0)) / max(per_append, 1.0)
     accumulator = accumulated_depth(runs, threshold)
     closing = rows_below(lows[len(main) :], highs[len(main) :], waiting_rows, watermark)
-    closing += rows_below(first_lows[overlapped], first_highs[overlapped], head_file_rows, watermark)
+    closing += rows_below(*table.first_positions(overlapped), head_file_rows, watermark)
     cut = target_rows is not None and closing >= MIN_CLOSED_SHARE * target_rows
     reason = Reason.WATERMARK_ABSORB if accumulator >= threshold else Reason.WATERMARK_RENT
     lag_value = value_at(high, like) - value_at(watermark, like) if not isinstance(like, float) else lag
