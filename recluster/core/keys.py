@@ -141,9 +141,18 @@ def encode_key(values: Sequence[Any], columns: Sequence[KeyColumn], prefix: byte
 _TIME_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
 
-def _value_codes(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint8] | None:
-    """What `encode_value` writes after the marker, for every value at once (rows x bytes; a null row's bytes
-    are garbage): integers, dates, timestamps (s/ms/us), floats and booleans. None: no vectorized path."""
+def _numbers(values: pa.Array, fill: int | float) -> npt.NDArray[Any]:
+    """An Arrow column as one numpy array of our own (NULLs as `fill`): one copy, writable, changed in place."""
+    if values.null_count:
+        values = values.fill_null(fill)
+    array: npt.NDArray[Any] = values.to_numpy(zero_copy_only=False)
+    return array if array.flags.writeable else array.copy()  # (a view of Arrow's memory is read-only)
+
+
+def number_words(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint64] | None:
+    """What `encode_value` writes after the marker for every value at once, as the native unsigned 64-bit words
+    that order as those 8 bytes (a NULL row's word is garbage): integers, dates, timestamps (s/ms/us) and floats.
+    None: no 8-byte vectorized encoding. Built in place (a million keys: no temporaries beyond the array)."""
     kind = values.type
     match column.type:
         case KeyType.INTEGER | KeyType.DATE | KeyType.TIMESTAMP:
@@ -153,34 +162,38 @@ def _value_codes(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint8] |
                 return None
             if column.type is KeyType.TIMESTAMP and getattr(kind, "unit", None) not in _TIME_UNIT_MICROS:
                 return None
-            scale = _TIME_UNIT_MICROS[kind.unit] if column.type is KeyType.TIMESTAMP else 1
             if column.type is KeyType.DATE:
                 values = values.cast(pa.int32())
-            numbers = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False) * scale
-            words = numbers.view(np.uint64) ^ np.uint64(_SIGN64)
+            numbers = _numbers(values.cast(pa.int64()), 0).astype(np.int64, copy=False)
+            if column.type is KeyType.TIMESTAMP and _TIME_UNIT_MICROS[kind.unit] != 1:
+                numbers *= _TIME_UNIT_MICROS[kind.unit]
+            words: npt.NDArray[np.uint64] = numbers.view(np.uint64)
+            words ^= np.uint64(_SIGN64)
+            return words
         case KeyType.FLOAT if pa.types.is_floating(kind):
-            floats = values.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False) + 0.0
-            bits = floats.view(np.uint64)
-            bits = np.where(np.isnan(floats), np.uint64(_CANONICAL_NAN), bits)
+            floats = _numbers(values.cast(pa.float64()), 0.0).astype(np.float64, copy=False)
+            floats += 0.0  # -0.0 -> 0.0
+            nan = np.isnan(floats)
+            bits: npt.NDArray[np.uint64] = floats.view(np.uint64)
+            bits[nan] = np.uint64(_CANONICAL_NAN)
             negative = (bits & np.uint64(_SIGN64)) != 0
-            words = np.where(negative, ~bits, bits | np.uint64(_SIGN64))
-        case KeyType.BOOLEAN if pa.types.is_boolean(kind):
-            flags: npt.NDArray[np.bool_] = values.fill_null(False).to_numpy(zero_copy_only=False)
-            return flags.astype(np.uint8).reshape(-1, 1)
-        case _:
-            return None
+            np.invert(bits, out=bits, where=negative)
+            np.bitwise_or(bits, np.uint64(_SIGN64), out=bits, where=~negative)
+            return bits
+    return None
+
+
+def _value_codes(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint8] | None:
+    """What `encode_value` writes after the marker, for every value at once (rows x bytes; a null row's bytes
+    are garbage): integers, dates, timestamps (s/ms/us), floats and booleans. None: no vectorized path."""
+    if column.type is KeyType.BOOLEAN and pa.types.is_boolean(values.type):
+        flags: npt.NDArray[np.bool_] = values.fill_null(False).to_numpy(zero_copy_only=False)
+        return flags.astype(np.uint8).reshape(-1, 1)
+    words = number_words(values, column)
+    if words is None:
+        return None
     codes: npt.NDArray[np.uint8] = words.astype(">u8").view(np.uint8).reshape(-1, 8)
     return codes
-
-
-def number_words(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint64] | None:
-    """The keys of one numeric column without NULLs as the unsigned 64-bit words they order as (what follows the
-    value marker in `encode_key`); None when the column has NULLs or no 8-byte vectorized encoding."""
-    codes = _value_codes(values, column) if values.null_count == 0 else None
-    if codes is None or codes.shape[1] != ONE_NUMBER_KEY_BYTES - len(VALUE_MARKER):
-        return None
-    words: npt.NDArray[np.uint64] = codes.view(">u8").ravel().astype(np.uint64)
-    return words
 
 
 def encode_keys(

@@ -46,10 +46,10 @@ def _range_max(values: IntArray, lo: IntArray, hi: IntArray) -> IntArray:
     O(n log n) time, O(n) memory): row k holds the maximum of each window of 2**k values, and a query of length
     between 2**k and 2**(k+1) is the larger of two windows of row k, answered while row k is at hand."""
     n = len(values)
-    result = np.zeros(len(lo), dtype=np.int64)
+    result = np.zeros(len(lo), dtype=np.int32)  # depths fit; half the memory traffic
     if len(lo) == 0:
         return result
-    row = values.astype(np.int32)  # depths fit; half the memory traffic
+    row = values.astype(np.int32)
     length = (hi - lo + 1).astype(np.int32)
     span = 1
     while span <= int(length.max()):
@@ -70,11 +70,18 @@ def depth_profile(min_keys: Sequence[bytes], max_keys: Sequence[bytes]) -> Depth
     return ranked_depth_profile(ranks[:n], ranks[n:], points)
 
 
-def _cumulative_count(points_of: IntArray, points: int) -> npt.NDArray[np.int32]:
-    """How many of `points_of` are at or before each point, as int32 (counted in place: no second int64 array)."""
-    counts = np.bincount(points_of, minlength=points)
-    np.cumsum(counts, out=counts)
-    return counts.astype(np.int32)
+COUNT_IN_PLACE_POINTS = 1 << 20
+"""From this many points on, block ends are counted straight into int32 (`np.add.at`, slower than `np.bincount`
+but without its int64 array: 16 MB at two million points)."""
+
+
+def _cumulative_count(points_of: IntArray, points: int, out: npt.NDArray[np.int32]) -> None:
+    """How many of `points_of` are at or before each point, into `out` (int32, zeroed by the caller)."""
+    if points < COUNT_IN_PLACE_POINTS:
+        out[:] = np.bincount(points_of, minlength=points)
+    else:
+        np.add.at(out, points_of, 1)
+    np.cumsum(out, out=out)
 
 
 def ranked_depth_profile(lo: IntArray, hi: IntArray, points: int) -> DepthProfile:
@@ -82,19 +89,20 @@ def ranked_depth_profile(lo: IntArray, hi: IntArray, points: int) -> DepthProfil
     at is allowed: it never starts a block, so it changes no figure). Counts are int32 (a million blocks: every
     array here is a few megabytes)."""
     n = len(lo)
-    starting_at_or_before = _cumulative_count(lo, points)
+    starting_at_or_before = np.zeros(points, dtype=np.int32)
+    _cumulative_count(lo, points, starting_at_or_before)
     ending_before = np.zeros(points + 1, dtype=np.int32)
-    ending_before[1:] = _cumulative_count(hi, points)
+    _cumulative_count(hi, points, ending_before[1:])
     point_depth = starting_at_or_before - ending_before[:-1]
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return DepthProfile(lo, hi, point_depth, empty, empty)
-    block_depth = _range_max(point_depth, lo, hi)
     # overlaps(b) = n - 1 - #(blocks starting after b ends) - #(blocks ending before b starts)
-    overlaps = starting_at_or_before[hi].astype(np.int64)
+    overlaps = starting_at_or_before[hi]
     overlaps -= ending_before[lo]
     overlaps -= 1
-    return DepthProfile(lo, hi, point_depth, block_depth, overlaps)
+    del starting_at_or_before, ending_before  # (freed before the range maximum needs its own arrays)
+    return DepthProfile(lo, hi, point_depth, _range_max(point_depth, lo, hi), overlaps)
 
 
 def mean_block_depth(blocks: Sequence[Block]) -> float:
@@ -337,20 +345,32 @@ def summarize(
 def clustering_metrics(blocks: Sequence[Block]) -> ClusteringMetrics:
     """Metrics of a set of blocks in bulk (a snapshot); `BlockSet` serves incremental updates."""
     table = as_table(blocks)
-    return table_metrics(table, np.arange(len(table)))
+    return table_metrics(table)
 
 
-def table_metrics(table: BlockTable, indices: IntArray) -> ClusteringMetrics:
-    """`clustering_metrics` of some files of a table."""
-    clustered = indices[table.clustered[indices]]
-    lo, hi, _ = table.key_ranks()
+def table_metrics(table: BlockTable, indices: IntArray | None = None) -> ClusteringMetrics:
+    """`clustering_metrics` of some files of a table (None: all of them, without an index array)."""
+    chosen: IntArray | slice = slice(None) if indices is None else indices
+    count = len(table) if indices is None else len(indices)
+    clustered = table.clustered[chosen]
+    every = bool(clustered.all())
+    members = None if every and indices is None else (indices if indices is not None else np.arange(count))
+    if members is not None and not every:
+        members = members[clustered]
+    lo, hi, points = table.key_ranks()
+    if members is None:
+        profile = ranked_depth_profile(lo, hi, points) if count else None
+        constants = int(np.count_nonzero(lo == hi))
+    else:
+        profile = ranked_depth_profile(*table.ranks_of(members)) if len(members) else None
+        constants = int(np.count_nonzero(lo[members] == hi[members]))
     return summarize(
-        ranked_depth_profile(*table.ranks_of(clustered)) if len(clustered) else None,
-        blocks=len(indices),
-        constants=int(np.count_nonzero(lo[clustered] == hi[clustered])),
-        unclustered=len(indices) - len(clustered),
-        rows=int(table.rows[indices].sum()),
-        nbytes=int(table.sizes[indices].sum()),
+        profile,
+        blocks=count,
+        constants=constants,
+        unclustered=count - int(np.count_nonzero(clustered)),
+        rows=int(table.rows[chosen].sum()),
+        nbytes=int(table.sizes[chosen].sum()),
     )
 
 
@@ -374,13 +394,13 @@ class ClusteringInfo:
 def clustering_info(blocks: Sequence[Block], key: ClusterKey | None = None) -> ClusteringInfo:
     """Whole-table and per-level metrics, and per column of `key` the scan fraction."""
     table = as_table(blocks)
-    order = np.argsort(table.levels, kind="stable")
-    levels_sorted = table.levels[order]
-    starts = np.flatnonzero(np.diff(levels_sorted, prepend=levels_sorted[:1] - 1))
-    members = np.split(order, starts[1:])
-    levels = {int(table.levels[m[0]]): table_metrics(table, np.sort(m)) for m in members if len(m)}
+    distinct = np.unique(table.levels).tolist()
+    if len(distinct) == 1:
+        levels = {int(distinct[0]): table_metrics(table)}
+    else:
+        levels = {int(level): table_metrics(table, np.flatnonzero(table.levels == level)) for level in distinct}
     # A table of one level is that level: no second computation.
-    whole = next(iter(levels.values())) if len(levels) == 1 else table_metrics(table, np.arange(len(table)))
+    whole = next(iter(levels.values())) if len(levels) == 1 else table_metrics(table)
     return ClusteringInfo(table=whole, levels=levels, column_scan=column_scan_fractions(table, key) if key else {})
 
 

@@ -298,7 +298,12 @@ def blocks_from_actions(
     lows, highs = [s.lows for s in stats], [s.highs for s in stats]
     words = (
         (number_words(lows[0], key.columns[0]), number_words(highs[0], key.columns[0]))
-        if linear and len(stats) == 1 and not partition_columns and from_log.all()
+        if linear
+        and len(stats) == 1
+        and not partition_columns
+        and from_log.all()
+        and lows[0].null_count == 0
+        and highs[0].null_count == 0  # (a NULL minimum is a shorter key)
         else (None, None)
     )
     min_keys: npt.NDArray[Any]

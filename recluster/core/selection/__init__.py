@@ -83,7 +83,7 @@ def _live_files(files: BlockTable, bounds: SelectionBounds, final: bool) -> tupl
     """The files a round may merge, and how many it leaves because they are sorted by an older key (FINAL
     takes those too)."""
     constant = files.levels == LEVEL_CONSTANT
-    live = np.flatnonzero(~constant) if constant.any() else np.arange(len(files))
+    live = np.flatnonzero(~constant) if constant.any() else np.arange(len(files), dtype=np.int32)
     current = [i for i, f in enumerate(files.fingerprints) if f in (None, bounds.key_fingerprint)]
     if final or len(current) == len(files.fingerprints):
         return live, 0

@@ -116,7 +116,7 @@ def decide_absorb(
     if len(files) < 2:
         return None, None
     lo, hi, _ = table.ranks_of(files)
-    by_lo = np.argsort(lo, kind="stable")
+    by_lo = np.argsort(lo, kind="stable").astype(np.int32)  # (positions: half the memory of int64)
     newest = int(runs.ages[-1])
 
     def touched(index: int, newer: slice) -> BoolArray:
@@ -150,12 +150,11 @@ def decide_absorb(
             return Absorb(
                 table, int(runs.ages[0]), runs.members(0), files[head], newest, decision.reason, split
             ), decision
-    rows = table.rows[files]
-    rows_after = np.cumsum(rows[::-1])[::-1]  # from each position on
+    rows_after = np.cumsum(np.add.reduceat(table.rows[files], bounds[:-1])[::-1])[::-1]  # from each run on
     for index in range(len(runs) - 1):
         newer = slice(int(bounds[index + 1]), len(files))
         members = touched(index, newer)
-        if rows_after[newer.start] < beta * int(rows[members].sum()):
+        if rows_after[index + 1] < beta * int(table.rows[files[members]].sum()):
             continue
         members[newer] = True
         if not any_pair_overlaps(lo, hi, by_lo[members[by_lo]]):
@@ -188,12 +187,13 @@ def absorb_slices(table: BlockTable, files: IntArray, bounds: SelectionBounds, b
     # by min, then max; ties keep the given order (deterministic: runs by age, each by min key and path)
     index = sort_pairs(lo, hi, points)
     order, mins, maxes = files[index], lo[index], hi[index]
-    total = np.concatenate([[0], np.cumsum(table.sizes[order])])
+    del index
     slices: list[IntArray] = []
     start = 0
     while start < count and len(slices) < budget:
-        fitting = int(np.searchsorted(total, total[start] + bounds.max_task_bytes, side="right")) - 1 - start
-        end = start + min(max(2, min(fitting, bounds.max_task_files)), count - start)
+        sizes = np.cumsum(table.sizes[order[start : start + bounds.max_task_files]])  # a slice holds no more
+        fitting = int(np.searchsorted(sizes, bounds.max_task_bytes, side="right"))
+        end = start + min(max(2, fitting), count - start)
         slices.append(order[start:end])
         start = max(end, int(np.searchsorted(mins, maxes[start:end].max(), side="right")))  # above this slice
     return slices
