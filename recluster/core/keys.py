@@ -141,7 +141,7 @@ def encode_key(values: Sequence[Any], columns: Sequence[KeyColumn], prefix: byte
 _TIME_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
 
-def _numbers(values: pa.Array, fill: int | float) -> npt.NDArray[Any]:
+def arrow_numbers(values: pa.Array | pa.ChunkedArray, fill: int | float) -> npt.NDArray[Any]:
     """An Arrow column as one numpy array of our own (NULLs as `fill`): one copy, writable, changed in place."""
     if values.null_count:
         values = values.fill_null(fill)
@@ -164,14 +164,14 @@ def number_words(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint64] 
                 return None
             if column.type is KeyType.DATE:
                 values = values.cast(pa.int32())
-            numbers = _numbers(values.cast(pa.int64()), 0).astype(np.int64, copy=False)
+            numbers = arrow_numbers(values.cast(pa.int64()), 0).astype(np.int64, copy=False)
             if column.type is KeyType.TIMESTAMP and _TIME_UNIT_MICROS[kind.unit] != 1:
                 numbers *= _TIME_UNIT_MICROS[kind.unit]
             words: npt.NDArray[np.uint64] = numbers.view(np.uint64)
             words ^= np.uint64(_SIGN64)
             return words
         case KeyType.FLOAT if pa.types.is_floating(kind):
-            floats = _numbers(values.cast(pa.float64()), 0.0).astype(np.float64, copy=False)
+            floats = arrow_numbers(values.cast(pa.float64()), 0.0).astype(np.float64, copy=False)
             floats += 0.0  # -0.0 -> 0.0
             nan = np.isnan(floats)
             bits: npt.NDArray[np.uint64] = floats.view(np.uint64)

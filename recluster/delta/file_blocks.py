@@ -31,6 +31,7 @@ from recluster.core.keys import (
     ClusterKey,
     KeyColumn,
     KeyType,
+    arrow_numbers,
     encode_key,
     encode_keys,
     encode_partition,
@@ -158,11 +159,8 @@ def _epoch_ms(column: Column | None, count: int) -> IntArray:
 
 
 def _numbers(column: Column, missing: int = 0) -> IntArray:
-    """An integer column as int64 numbers (NULL: `missing`), with no copy beyond the one numpy array."""
-    column = column.cast(pa.int64())
-    if column.null_count:
-        column = column.fill_null(missing)
-    numbers: IntArray = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+    """An integer column as int64 numbers of our own (NULL: `missing`)."""
+    numbers: IntArray = arrow_numbers(column.cast(pa.int64()), missing)
     return numbers
 
 
