@@ -10,7 +10,9 @@ case) are held as the unsigned 64-bit words they order as; any other key as byte
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeAlias, overload
 
@@ -99,11 +101,14 @@ def dense_ranks(lo: IntArray, hi: IntArray) -> tuple[IntArray, IntArray, int]:
 def as_words(keys: Sequence[bytes | None]) -> npt.NDArray[np.uint64] | None:
     """Keys that are all one number (the value marker, then 8 bytes) as the unsigned words they order as; None
     stays 0 (an unclustered block's key is never compared). None when some key has another shape."""
-    present = [k for k in keys if k is not None]
-    if not all(len(k) == ONE_NUMBER_KEY_BYTES and k[:1] == VALUE_MARKER for k in present):
+    blank = bytes(ONE_NUMBER_KEY_BYTES)
+    filled = [blank if k is None else k for k in keys]
+    if set(map(len, filled)) - {ONE_NUMBER_KEY_BYTES}:
         return None
-    filled = b"".join(k if k is not None else bytes(ONE_NUMBER_KEY_BYTES) for k in keys)
-    raw = np.frombuffer(filled, dtype=np.uint8).reshape(-1, ONE_NUMBER_KEY_BYTES)[:, 1:]
+    raw = np.frombuffer(b"".join(filled), dtype=np.uint8).reshape(-1, ONE_NUMBER_KEY_BYTES)
+    if not np.all((raw[:, 0] == VALUE_MARKER[0]) | np.array([k is None for k in keys], dtype=bool)):
+        return None
+    raw = raw[:, 1:]
     words: npt.NDArray[np.uint64] = np.ascontiguousarray(raw).view(">u8").ravel().astype(np.uint64)
     return words
 
@@ -213,49 +218,54 @@ class BlockTable(Sequence[Block]):
         self.stats_overrides = dict(stats_overrides or {})
         """Files whose min/max tuples came from the Parquet footer (not the log columns)."""
         self.deletion_vectors = dict(deletion_vectors or {})
-        self._blocks: dict[int, Block] = dict(enumerate(blocks)) if blocks is not None else {}
+        self._given = blocks
+        """The `Block`s the table was made from, if any."""
+        self._made: dict[int, Block] = {}
         """The Blocks made so far (a list of a million empty slots alone would cost 8 MB)."""
         self._ranks: tuple[IntArray, IntArray, int] | None = None
         self._clustered_count = int(np.count_nonzero(clustered))
 
     @classmethod
     def from_blocks(cls, blocks: Sequence[Block]) -> BlockTable:
-        """The columns of `Block`s made elsewhere (tests, commits, the job's state)."""
+        """The columns of `Block`s made elsewhere (tests, commits, the job's state): each attribute read once for
+        every block at C speed (`attrgetter`), a file name parsed only when it can be one recluster wrote."""
         if isinstance(blocks, BlockTable):
             return blocks
-        width = max((len(b.min_values or ()) for b in blocks), default=0)
-        partitions = list(dict.fromkeys(b.partition for b in blocks))
-        partition_code = {p: i for i, p in enumerate(partitions)}
-        fingerprints = list(dict.fromkeys(b.key_fingerprint for b in blocks))
-        fingerprint_code = {f: i for i, f in enumerate(fingerprints)}
-        ages = [file_age(b) for b in blocks]
-        min_keys, max_keys = key_arrays([b.min_key for b in blocks], [b.max_key for b in blocks])
+        blocks = blocks if isinstance(blocks, list | tuple) else list(blocks)
+        count = len(blocks)
+        paths, rows, sizes, min_keys, max_keys, min_values, max_values, levels, partition, fingerprint, modified = (
+            list(map(operator.attrgetter(name), blocks)) for name in _BLOCK_FIELDS
+        )
+        partitions = list(dict.fromkeys(partition))
+        fingerprints = list(dict.fromkeys(fingerprint))
+        ages = np.array(modified, dtype=np.int64)
+        horizons = np.full(count, NO_HORIZON, dtype=np.int64)
+        for index in itertools.compress(itertools.count(), map(operator.contains, paths, itertools.repeat("part-L"))):
+            age, horizon = file_age(blocks[index])
+            if horizon is not None:
+                ages[index], horizons[index] = age, horizon
+        width = max(map(len, filter(None, min_values)), default=0)
+        lows, highs = key_arrays(min_keys, max_keys)
         return cls(
-            paths=[b.path for b in blocks],
-            rows=np.array([b.rows for b in blocks], dtype=np.int64),
-            sizes=np.array([b.bytes for b in blocks], dtype=np.int64),
-            min_keys=min_keys,
-            max_keys=max_keys,
-            clustered=np.array([b.clustered for b in blocks], dtype=bool),
-            ranged=np.array([bool(b.min_values) and bool(b.max_values) for b in blocks], dtype=bool),
-            lows=[
-                [b.min_values[j] if b.min_values and j < len(b.min_values) else None for b in blocks]
-                for j in range(width)
-            ],
-            highs=[
-                [b.max_values[j] if b.max_values and j < len(b.max_values) else None for b in blocks]
-                for j in range(width)
-            ],
-            levels=np.array([b.level for b in blocks], dtype=np.int64),
-            partition_codes=np.array([partition_code[b.partition] for b in blocks], dtype=np.int64),
+            paths=paths,
+            rows=np.array(rows, dtype=np.int64),
+            sizes=np.array(sizes, dtype=np.int64),
+            min_keys=lows,
+            max_keys=highs,
+            clustered=_flags(min_keys, operator.is_not, None) & _flags(max_keys, operator.is_not, None),
+            ranged=_flags(min_values, operator.truth) & _flags(max_values, operator.truth),
+            lows=[[v[j] if v and j < len(v) else None for v in min_values] for j in range(width)],
+            highs=[[v[j] if v and j < len(v) else None for v in max_values] for j in range(width)],
+            levels=np.array(levels, dtype=np.int64),
+            partition_codes=_codes(partition, partitions),
             partitions=partitions,
-            fingerprint_codes=np.array([fingerprint_code[b.key_fingerprint] for b in blocks], dtype=np.int64),
+            fingerprint_codes=_codes(fingerprint, fingerprints),
             fingerprints=fingerprints,
-            modified_ms=np.array([b.modified_ms for b in blocks], dtype=np.int64),
-            ages=np.array([age for age, _ in ages], dtype=np.int64),
-            horizons=np.array([NO_HORIZON if h is None else h for _, h in ages], dtype=np.int64),
-            curve_ranges={i: b.curve_range for i, b in enumerate(blocks) if b.curve_range is not None},
-            deletion_vectors={i: b.deletion_vector for i, b in enumerate(blocks) if b.deletion_vector is not None},
+            modified_ms=np.array(modified, dtype=np.int64),
+            ages=ages,
+            horizons=horizons,
+            curve_ranges=_present(blocks, "curve_range"),
+            deletion_vectors=_present(blocks, "deletion_vector"),
             blocks=blocks,
         )
 
@@ -273,9 +283,11 @@ class BlockTable(Sequence[Block]):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
             index += len(self)
-        block = self._blocks.get(index)
+        if self._given is not None:
+            return self._given[index]
+        block = self._made.get(index)
         if block is None:
-            block = self._blocks[index] = self._make(index)
+            block = self._made[index] = self._make(index)
         return block
 
     def __iter__(self) -> Iterator[Block]:
@@ -384,6 +396,43 @@ class BlockTable(Sequence[Block]):
             chosen = maxes if high else mins
             values[file] = chosen[index] if chosen and index < len(chosen) else None
         return values
+
+
+_BLOCK_FIELDS = (
+    "path",
+    "rows",
+    "bytes",
+    "min_key",
+    "max_key",
+    "min_values",
+    "max_values",
+    "level",
+    "partition",
+    "key_fingerprint",
+    "modified_ms",
+)
+"""The `Block` attributes `from_blocks` reads, each for every block in one `map` (`zip(*...)` over a million
+tuples is far slower)."""
+
+
+def _flags(values: Sequence[Any], test: Callable[..., bool], *against: Any) -> BoolArray:
+    """`test(value, *against)` of every value, at C speed."""
+    tests = map(test, values, *(itertools.repeat(a) for a in against))
+    return np.fromiter(tests, dtype=bool, count=len(values))
+
+
+def _present(blocks: Sequence[Block], name: str) -> dict[int, Any]:
+    """{index: value} of the blocks whose attribute `name` is set."""
+    values = list(map(operator.attrgetter(name), blocks))
+    return {i: values[i] for i in itertools.compress(itertools.count(), _flags(values, operator.is_not, None))}
+
+
+def _codes(values: Sequence[Any], distinct: Sequence[Any]) -> IntArray:
+    """Each value's place in `distinct`."""
+    if len(distinct) == 1:
+        return np.zeros(len(values), dtype=np.int64)
+    place = {v: i for i, v in enumerate(distinct)}
+    return np.array([place[v] for v in values], dtype=np.int64)
 
 
 def as_table(blocks: Sequence[Block]) -> BlockTable:
