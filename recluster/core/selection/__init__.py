@@ -60,7 +60,7 @@ def select_merge_tasks(
             if decision is not None:
                 watermarks.append((partition, decision))
         else:
-            found, over = levels_tasks(partition, files.take(clustered), bounds, final, budget)
+            found, over = levels_tasks(partition, files, clustered, bounds, final, budget)
         tasks.extend(found)
         oversized += over
     if oversized:

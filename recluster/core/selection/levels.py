@@ -6,23 +6,23 @@ form one merge task, bounded in bytes and files. Disjoint ranges give independen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
+from recluster.core.block_table import BlockTable, IntArray
 from recluster.core.blocks import Block, Partition
-from recluster.core.metrics import depth_profile
+from recluster.core.metrics import ranked_depth_profile
 from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, bounded, level_threshold, output_level
 
 
 def _deepest_range_tasks(
-    blocks: Sequence[Block], threshold: float, bounds: SelectionBounds, reason: Reason, budget: int
+    table: BlockTable, pool: IntArray, threshold: float, bounds: SelectionBounds, budget: int
 ) -> tuple[list[list[Block]], list[int], int]:
-    """Tasks around the deepest point ranges, deepest first, each over files no other task uses.
+    """Tasks around the deepest point ranges, deepest first, each over files no other task uses (files are
+    indices into `table`: a `Block` is made only for a file that covers a range looked at).
 
     Returns the file groups, their depths and how many candidate groups were over the size bounds.
     """
-    profile = depth_profile([b.min_key for b in blocks], [b.max_key for b in blocks])  # type: ignore[misc]
+    profile = ranked_depth_profile(*table.ranks_of(pool))
     depth = profile.point_depth
     if not len(depth) or int(depth.max()) < 2 or float(profile.block_depth.mean()) <= threshold:
         return [], [], 0
@@ -35,7 +35,7 @@ def _deepest_range_tasks(
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change - 1, [len(depth) - 1]))
     order = np.lexsort((starts, -depth[starts]))
-    used = np.zeros(len(blocks), dtype=bool)
+    used = np.zeros(len(pool), dtype=bool)
     groups: list[list[Block]] = []
     depths: list[int] = []
     oversized = 0
@@ -47,7 +47,7 @@ def _deepest_range_tasks(
         free = covering[~used[covering]]
         if len(free) < 2:
             continue
-        candidates = [blocks[int(i)] for i in free]
+        candidates = table.take(pool[free])
         chosen = bounded(candidates, bounds) if len(free) == len(covering) else []
         if len(chosen) < len(covering):
             # Cut by the bounds, or part of the run's files went to an earlier task (what is left may not
@@ -59,35 +59,32 @@ def _deepest_range_tasks(
             meeting = np.cumsum(np.bincount(low, minlength=length + 1) - np.bincount(high, minlength=length + 1))
             point = first + int(np.argmax(meeting[:length]))
             at_point = free[(profile.lo[free] <= point) & (profile.hi[free] >= point)]
-            candidates = [blocks[int(i)] for i in at_point]
+            candidates = table.take(pool[at_point])
             chosen = bounded(candidates, bounds)
         if len(chosen) < 2:
             oversized += len(candidates) >= 2  # files to merge were there, but not within the bounds
             continue
         chosen_paths = {b.path for b in chosen}
-        used[[int(i) for i in covering if blocks[int(i)].path in chosen_paths]] = True
+        used[[int(i) for i in covering if table[int(pool[i])].path in chosen_paths]] = True
         groups.append(chosen)
         depths.append(run_depth)
     return groups, depths, oversized
 
 
 def levels_tasks(
-    partition: Partition, clustered: Sequence[Block], bounds: SelectionBounds, final: bool, budget: int
+    partition: Partition, table: BlockTable, clustered: IntArray, bounds: SelectionBounds, final: bool, budget: int
 ) -> tuple[list[MergeTask], int]:
     """The `levels` policy in one partition: tasks around the deepest ranges of levels above threshold."""
     tasks: list[MergeTask] = []
     oversized = 0
-    pools = (
-        [(clustered, 1.0)]
-        if final
-        else [([b for b in clustered if b.level == level], 0.0) for level in sorted({b.level for b in clustered})]
-    )
+    levels = table.levels[clustered]
+    pools = [(clustered, 1.0)] if final else [(clustered[levels == level], 0.0) for level in np.unique(levels)]
     for pool, final_threshold in pools:
         if len(pool) < 2 or len(tasks) >= budget:
             continue
         threshold = final_threshold if final else level_threshold(len(pool), bounds)
         reason = Reason.FINAL if final else Reason.DEPTH_ABOVE_THRESHOLD
-        groups, depths, over = _deepest_range_tasks(pool, threshold, bounds, reason, budget - len(tasks))
+        groups, depths, over = _deepest_range_tasks(table, pool, threshold, bounds, budget - len(tasks))
         oversized += over
         tasks.extend(
             MergeTask(
