@@ -254,7 +254,8 @@ def test_watermark_cuts_work_for_every_subtractable_key_type(kind: str, tmp_path
 def test_a_backlog_of_appends_is_absorbed_without_pricing_each_one() -> None:
     """After a long stop (more than MAX_COUNTED_APPENDS appends waiting) the head is absorbed at once; the
     decision of a normal wait prices every append (its accumulator is the depth sum the model recomputes)."""
-    from recluster.core.metrics import mean_block_depth
+    from recluster.core.block_table import BlockTable
+    from recluster.core.metrics import table_mean_depth
     from recluster.core.selection.watermark import MAX_COUNTED_APPENDS
 
     rng = np.random.default_rng(5)
@@ -274,5 +275,6 @@ def test_a_backlog_of_appends_is_absorbed_without_pricing_each_one() -> None:
     assert backlog.accumulator == backlog.threshold
     _, short = decide_absorb(recover_runs([*main, *appends[0], *appends[1]]), 0.35, table.target_rows)
     assert short is not None
-    first, second = (mean_block_depth([*main, *[b for a in appends[:j] for b in a]]) - 1 for j in (1, 2))
+    tables = (BlockTable.from_blocks([*main, *[b for a in appends[:j] for b in a]]) for j in (1, 2))
+    first, second = (table_mean_depth(t, np.arange(len(t))) - 1 for t in tables)
     assert short.accumulator == pytest.approx(first if first >= short.threshold else first + second)

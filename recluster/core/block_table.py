@@ -298,9 +298,6 @@ class BlockTable(Sequence[Block]):
         """The `Block`s of these files (made once each)."""
         return [self[int(i)] for i in indices]
 
-    def path(self, index: int) -> str:
-        return str(_value(self.paths, index))
-
     def _key(self, keys: npt.NDArray[Any], index: int) -> bytes | None:
         if not self.clustered[index]:
             return None
@@ -318,7 +315,7 @@ class BlockTable(Sequence[Block]):
         else:
             mins = maxes = None
         return Block(
-            self.path(index),
+            str(_value(self.paths, index)),
             int(self.rows[index]),
             int(self.sizes[index]),
             self._key(self.min_keys, index),

@@ -105,14 +105,9 @@ def ranked_depth_profile(lo: IntArray, hi: IntArray, points: int) -> DepthProfil
     return DepthProfile(lo, hi, point_depth, _range_max(point_depth, lo, hi), overlaps)
 
 
-def mean_block_depth(blocks: Sequence[Block]) -> float:
-    """The average depth `info` reports (the mean of the blocks' depths) over clustered blocks; 1.0 for none."""
-    table = as_table(blocks)
-    return table_mean_depth(table, np.flatnonzero(table.clustered))
-
-
 def table_mean_depth(table: BlockTable, indices: IntArray) -> float:
-    """`mean_block_depth` of some clustered files of a table."""
+    """The average depth `info` reports (the mean of the blocks' depths) of some clustered files of a table; 1.0
+    for none."""
     if not len(indices):
         return 1.0
     return float(ranked_depth_profile(*table.ranks_of(indices)).block_depth.mean())

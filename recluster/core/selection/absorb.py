@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from recluster.core.block_table import NO_HORIZON, BlockTable, IntArray
+from recluster.core.block_table import NO_HORIZON, BlockTable, BoolArray, IntArray
 from recluster.core.blocks import Block, Partition, age_run_id
 from recluster.core.metrics import ranked_depth_profile, table_mean_depth
 from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, WatermarkDecision, output_level
@@ -22,9 +21,6 @@ from recluster.core.selection.watermark import decide_watermark
 
 BETA_SCALE_LIMIT = 8.0
 """The depth-target controller scales beta by at most this factor either way."""
-
-
-BoolArray = npt.NDArray[np.bool_]
 
 
 def meeting(lo: IntArray, hi: IntArray, by_lo: IntArray, queries: slice, others: slice) -> BoolArray:
