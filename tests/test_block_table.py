@@ -17,13 +17,14 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recluster.core.block_table import BlockTable, column_positions, position
+from recluster.core.block_table import NO_HORIZON, BlockTable, column_positions, position
 from recluster.core.blocks import LEVEL_CONSTANT, age_run_id, data_file_name, parse_data_file_name
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.metrics import clustering_info
 from recluster.core.selection import select_merge_tasks, time_like_decisions
 from recluster.core.selection.plan import Policy, SelectionBounds
 from recluster.delta.file_blocks import blocks_from_actions
+from recluster.delta.file_names import parse_file_names
 
 FINGERPRINT = "0123abcd"
 EPOCH = dt.datetime(2026, 1, 1)
@@ -52,16 +53,32 @@ def file_lists(draw: st.DrawFn) -> tuple[pa.Table, ClusterKey, list[str]]:
     partitioned = draw(st.booleans())
     paths, rows, sizes, modified, nulls, lows, highs, parts = [], [], [], [], [], [], [], []
     for index in range(count):
-        kind = draw(st.sampled_from(["appended", "levels", "absorb", "constant", "other key"]))
+        kind = draw(st.sampled_from(["appended", "levels", "absorb", "constant", "other key", "curve", "near miss"]))
         age = 1_000 + draw(st.integers(0, 8)) * 10
         run = age_run_id(age) if kind == "absorb" else f"{index:012x}"
         horizon = age + draw(st.integers(0, 50)) if kind == "absorb" else None
         level = LEVEL_CONSTANT if kind == "constant" else draw(st.integers(0, 3))
+        curve = (draw(st.integers(0, 1 << 30)), draw(st.integers(1 << 30, 1 << 39))) if kind == "curve" else None
+        if kind == "curve" and draw(st.booleans()):
+            horizon = age + 1
         name = (
             f"part-{index:05d}.parquet"
             if kind == "appended"
-            else data_file_name(level, "9999eeee" if kind == "other key" else FINGERPRINT, run, horizon)
+            else data_file_name(level, "9999eeee" if kind == "other key" else FINGERPRINT, run, horizon, curve)
         )
+        if kind == "near miss":  # one character off: not a name recluster wrote
+            name = draw(
+                st.sampled_from(
+                    [
+                        f"x{name}",
+                        name.replace(".parquet", ".parquex"),
+                        name.replace("-k", "-K"),
+                        name.upper(),
+                        name[:-9] + "g.parquet",
+                        name.replace("part-L", "part-Lx"),
+                    ]
+                )
+            )
         partition = draw(st.sampled_from([None, "a", "b"])) if partitioned else None
         paths.append(f"p={partition}/{name}" if partitioned else name)
         low = draw(st.integers(0, 100))
@@ -106,6 +123,14 @@ def test_columns_from_the_log_equal_those_from_blocks(drawn: tuple[pa.Table, Clu
         written = parse_data_file_name(block.path)
         assert block.level == (written.level if written and block.key_fingerprint else 0)
         assert block.key_fingerprint == (written.fingerprint if written else None)
+    names = parse_file_names(actions.column("path"))
+    for index, path in enumerate(actions.column("path").to_pylist()):
+        written = parse_data_file_name(path)
+        assert names.fingerprints[names.fingerprint_codes[index]] == (written.fingerprint if written else None), path
+        if written is not None:
+            assert names.levels[index] == written.level and names.run_numbers[index] == int(written.run_id, 16)
+            assert names.horizons[index] == (NO_HORIZON if written.horizon_ms is None else written.horizon_ms)
+            assert (names.curve_lows[index], names.curve_highs[index]) == (written.curve_range or (-1, -1)), path
     assert np.array_equal(table.ages, again.ages) and np.array_equal(table.horizons, again.horizons)
     assert np.array_equal(table.levels, again.levels)
     assert [table.partitions[c] for c in table.partition_codes] == [b.partition for b in blocks]
@@ -151,3 +176,40 @@ def test_column_positions_read_values_as_position_does() -> None:
         expected = [position(v) for v in column.to_pylist()]
         assert np.array_equal(column_positions(column), expected, equal_nan=True), kind
         assert np.array_equal(column_positions(pa.chunked_array([column])), expected, equal_nan=True), kind
+
+
+def test_file_names_read_at_fixed_offsets_equal_the_reference_parser() -> None:
+    """Every layout (with and without a horizon and a curve range), in directories or not, and names one
+    character off in each part of the layout: the vectorized reader says what `parse_data_file_name` says."""
+    ours = [
+        data_file_name(level, FINGERPRINT, run, horizon, curve)
+        for level in (LEVEL_CONSTANT, 0, 7)
+        for run in ("000000000005", "abcdef012345")
+        for horizon in (None, 0x1234)
+        for curve in (None, (0, (1 << 40) - 1))
+    ]
+    near = [
+        variant
+        for name in ours
+        for variant in (
+            "x" + name,
+            name[:-1],
+            name + "x",
+            name.replace("part-L", "part-l"),
+            name.replace("-k", "-K"),
+            name.replace("-r", "_r"),
+            name[:10] + "g" + name[11:],
+            name[:-9] + "G.parquet",
+            name[:6] + "x" + name[7:],
+        )
+    ]
+    paths = [*ours, *(f"d=1/{n}" for n in ours), *near, *(f"d/{n}" for n in near), "part-00000.parquet", ""]
+    names = parse_file_names(pa.chunked_array([pa.array(paths[:40]), pa.array(paths[40:])]))
+    for index, path in enumerate(paths):
+        written = parse_data_file_name(path)
+        assert names.fingerprints[names.fingerprint_codes[index]] == (written.fingerprint if written else None), path
+        if written is not None:
+            assert names.levels[index] == written.level and names.run_numbers[index] == int(written.run_id, 16)
+            assert names.horizons[index] == (NO_HORIZON if written.horizon_ms is None else written.horizon_ms)
+            assert (names.curve_lows[index], names.curve_highs[index]) == (written.curve_range or (-1, -1))
+    assert sum(parse_data_file_name(p) is not None for p in paths) == 2 * len(ours)  # the near misses are misses

@@ -88,7 +88,7 @@ class Block:
         return self.clustered and self.min_key == self.max_key
 
 
-DATA_FILE_NAME = re.compile(
+_FILE_NAME = re.compile(
     r"(?:^|/)part-L(?P<level>-1|\d{2})-k(?P<fingerprint>[0-9a-f]{8})-r(?P<run>[0-9a-f]{12})-"
     r"(?:h(?P<horizon>[0-9a-f]{12})-)?(?:c(?P<curve_low>[0-9a-f]{10})-(?P<curve_high>[0-9a-f]{10})-)?"
     r"(?P<uuid>[0-9a-f]{32})\.parquet$"
@@ -126,7 +126,7 @@ def data_file_name(
 
 def parse_data_file_name(path: str) -> WrittenFileName | None:
     """Level, fingerprint and run of a file recluster wrote; None for any other file (level 0)."""
-    match = DATA_FILE_NAME.search(path) if "part-L" in path else None  # the test is far cheaper than the pattern
+    match = _FILE_NAME.search(path) if "part-L" in path else None  # the test is far cheaper than the pattern
     if match is None:
         return None
     horizon = None if match["horizon"] is None else int(match["horizon"], 16)

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from recluster.core.block_table import NO_HORIZON, BlockTable, IntArray, key_arrays
-from recluster.core.blocks import DATA_FILE_NAME, Block, Partition
+from recluster.core.blocks import Block, Partition
 from recluster.core.curves import whole_curve
 from recluster.core.deletion_vectors import DeletionVector
 from recluster.core.keys import (
@@ -37,6 +37,7 @@ from recluster.core.keys import (
     encode_partition,
     number_words,
 )
+from recluster.delta.file_names import parse_file_names
 from recluster.delta.storage import file_location, table_filesystem
 
 Column: TypeAlias = pa.Array | pa.ChunkedArray
@@ -162,74 +163,6 @@ def _numbers(column: Column, missing: int = 0) -> IntArray:
     """An integer column as int64 numbers of our own (NULL: `missing`)."""
     numbers: IntArray = arrow_numbers(column.cast(pa.int64()), missing)
     return numbers
-
-
-def _hex_numbers(column: Column, missing: int) -> IntArray:
-    """Fixed-width lowercase hex strings (NULL: `missing`) as numbers, without a Python call per file."""
-    strings = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    present = pc.is_valid(strings).to_numpy(zero_copy_only=False)
-    result = np.full(len(strings), missing, dtype=np.int64)
-    if not present.any():
-        return result
-    valid = strings.filter(pa.array(present))
-    offsets = np.frombuffer(valid.buffers()[1], dtype=np.int32)[valid.offset : valid.offset + len(valid) + 1]
-    chars = np.frombuffer(valid.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].reshape(len(valid), -1)
-    digits = np.where(chars >= ord("a"), chars - (ord("a") - 10), chars - ord("0")).astype(np.int64)
-    result[present] = digits @ (16 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64))
-    return result
-
-
-@dataclass(frozen=True, slots=True)
-class FileNames:
-    """What the names of the files recluster wrote say, for every file at once (`core.blocks` names them)."""
-
-    fingerprints: list[str | None]
-    fingerprint_codes: IntArray
-    levels: IntArray
-    run_numbers: IntArray
-    horizons: IntArray
-    curve_lows: IntArray
-    curve_highs: IntArray
-
-
-def _blank(values: Column) -> Column:
-    """An optional group that did not take part in the match ("") as NULL."""
-    return pc.if_else(pc.equal(values, ""), None, values)
-
-
-def parse_file_names(paths: Column) -> FileNames:
-    """`parse_data_file_name` of every path with Arrow's regex engine, on the names that can match (a million names
-    in a fraction of a second); a file recluster did not write has no fingerprint, level 0 and no horizon."""
-    count = len(paths)
-    ours = np.flatnonzero(pc.match_substring(paths, "part-L").to_numpy(zero_copy_only=False))
-    if not len(ours):  # a table recluster never wrote: constant columns that hold no memory
-        none = np.broadcast_to(np.int64(-1), (count,))
-        zero = np.broadcast_to(np.int64(0), (count,))
-        return FileNames([None], zero, zero, zero, none, none, none)
-    names = FileNames(
-        fingerprints=[None],
-        fingerprint_codes=np.zeros(count, dtype=np.int32),
-        levels=np.zeros(count, dtype=np.int8),
-        run_numbers=np.zeros(count, dtype=np.int64),
-        horizons=np.full(count, NO_HORIZON, dtype=np.int64),
-        curve_lows=np.full(count, -1, dtype=np.int64),
-        curve_highs=np.full(count, -1, dtype=np.int64),
-    )
-    fields = pc.extract_regex(pc.take(paths, pa.array(ours)), DATA_FILE_NAME.pattern)
-    if isinstance(fields, pa.ChunkedArray):
-        fields = fields.combine_chunks()
-    field = {name: pc.struct_field(fields, name) for name in ("level", "fingerprint", "run")}
-    encoded = pc.dictionary_encode(field["fingerprint"], null_encoding="encode")
-    found = encoded.dictionary.to_pylist()
-    names.fingerprints.extend(f for f in found if f is not None)
-    codes = np.array([names.fingerprints.index(f) for f in found], dtype=np.int32)
-    names.fingerprint_codes[ours] = codes[encoded.indices.to_numpy(zero_copy_only=False)]
-    names.levels[ours] = _numbers(field["level"])
-    names.run_numbers[ours] = _hex_numbers(field["run"], 0)
-    names.horizons[ours] = _hex_numbers(_blank(pc.struct_field(fields, "horizon")), NO_HORIZON)
-    names.curve_lows[ours] = _hex_numbers(_blank(pc.struct_field(fields, "curve_low")), -1)
-    names.curve_highs[ours] = _hex_numbers(_blank(pc.struct_field(fields, "curve_high")), -1)
-    return names
 
 
 def file_partitions(actions: pa.Table, partition_columns: Sequence[str]) -> tuple[IntArray, list[Partition]]:
