@@ -4,7 +4,9 @@
 
 Each table's log adds its files in one delta-rs transaction (stats only: planning never reads data files), stamped
 as appends of 1,000 files (so the default `absorb` policy sees 100 or 1,000 runs), with random overlapping int64
-key ranges, then a checkpoint. Three measurements per table, each in a fresh interpreter, reporting seconds and
+key ranges, then a checkpoint. A third table of the larger size is one as recluster keeps it: all but 20 appends
+of its files form one absorb-written run (disjoint ranges; names that carry level, key, run and horizon).
+Three measurements per table, each in a fresh interpreter, reporting seconds and
 peak RSS above the RSS after imports (VmHWM: Rust and numpy memory included):
   floor: delta-rs opens the table and lists its add actions (`get_add_actions(flatten=True)`), what any planner
          must do;
@@ -25,10 +27,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.transaction import AddAction, RemoveAction
+
 from bench.memory_bench import build_table, measured_in_subprocess, process_peak_rss_mb
 from bench.merge_bench import log, publish, quick_cli, ratio_row
+from recluster.core.blocks import age_run_id, data_file_name
+from recluster.core.keys import key_fingerprint
+from recluster.delta.log_writer import set_table_properties
+from recluster.settings import CLUSTER_BY_PROPERTY
 
 APPEND_FILES = 1_000
+KEPT_APPENDS = 20
+"""Appends waiting on the table as recluster keeps it (the rest of its files are one absorb-written run)."""
 WHATS = ("floor", "info", "plan")
 
 
@@ -67,13 +80,52 @@ def measure(path: str, what: str) -> dict[str, Any]:
     }
 
 
-def measure_table(root: Path, files: int) -> dict[str, Any]:
-    path = root / f"files-{files}"
-    log(f"big table: building {files:,} files in one transaction")
+def build_kept_table(path: Path, files: int, appends: int = KEPT_APPENDS, seed: int = 7) -> None:
+    """A table as recluster keeps it: one run written by `absorb` (disjoint sorted int64 ranges, file names with
+    level, key fingerprint, run id and horizon) and `appends` waiting appends of APPEND_FILES overlapping files."""
+    write_deltalake(str(path), pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.float64())}))
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
+    rng = np.random.default_rng(seed)
+    now = int(time.time() * 1000)
+    main = files - appends * APPEND_FILES
+    edges = np.sort(rng.choice(10**12, main + 1, replace=False))
+    age = now - 10_000_000
+    stats = '{{"numRecords": 1000, "minValues": {{"k": {}}}, "maxValues": {{"k": {}}}, "nullCount": {{"k": 0}}}}'
+    fingerprint = key_fingerprint(["k"])
+    actions: list[AddAction | RemoveAction] = [
+        AddAction(
+            data_file_name(1, fingerprint, age_run_id(age), age + 5),
+            20_000,
+            {},
+            age,
+            True,
+            stats.format(int(edges[i]), int(edges[i + 1] - 1)),
+        )
+        for i in range(main)
+    ]
+    for append in range(appends):
+        lows, spans = rng.integers(0, 10**12, APPEND_FILES), rng.integers(1, 10**10, APPEND_FILES)
+        actions += [
+            AddAction(
+                f"part-{append:03d}-{j:05d}.parquet", 20_000, {}, now + append, True, stats.format(low, low + span)
+            )
+            for j, (low, span) in enumerate(zip(lows.tolist(), spans.tolist(), strict=True))
+        ]
+    table = DeltaTable(str(path))
+    table.create_write_transaction(actions, mode="append", schema=table.schema(), commit_properties=CommitProperties())
+    DeltaTable(str(path)).create_checkpoint()
+
+
+def measure_table(root: Path, files: int, kept: bool = False) -> dict[str, Any]:
+    path = root / f"files-{files}{'-kept' if kept else ''}"
+    log(f"big table: building {files:,} files in one transaction{' (as recluster keeps them)' if kept else ''}")
     started = time.perf_counter()
-    build_table(path, files, chunk=files, run_files=APPEND_FILES)
+    if kept:
+        build_kept_table(path, files)
+    else:
+        build_table(path, files, chunk=files, run_files=APPEND_FILES)
     built = time.perf_counter() - started
-    measured: dict[str, Any] = {"files": files, "build_seconds": built}
+    measured: dict[str, Any] = {"files": files, "kept": kept, "build_seconds": built}
     for what in WHATS:
         log(f"big table: {what} on {files:,} files")
         measured[what] = measured_in_subprocess("bench.big_table_bench", path, what)
@@ -85,12 +137,13 @@ def main(quick: bool = False) -> dict[str, Any]:
     small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
     with tempfile.TemporaryDirectory(prefix="recluster-big-table-") as root:
         tables = [measure_table(Path(root), files) for files in (small, large)]
+        kept = measure_table(Path(root), large, kept=True)
     rows: list[list[Any]] = []
-    for table in tables:
+    for table in (*tables, kept):
         floor = table["floor"]
         for what in ("info", "plan"):
             ours = table[what]
-            files = f"{table['files']:,} files"
+            files = f"{table['files']:,} files{' as recluster keeps them' if table['kept'] else ''}"
             goal = "<= 2x" if table["files"] == large else ""
             rows.append(
                 ratio_row(f"{what}, {files}, seconds (vs delta-rs floor)", ours["seconds"], floor["seconds"], goal)
@@ -115,7 +168,7 @@ def main(quick: bool = False) -> dict[str, Any]:
                 "<= 1.1" if what != "floor" else "",
             ]
         )
-    result: dict[str, Any] = {"quick": quick, "append_files": APPEND_FILES, "tables": tables}
+    result: dict[str, Any] = {"quick": quick, "append_files": APPEND_FILES, "tables": [*tables, kept]}
     return publish("big-table", "info and planning on big tables vs the delta-rs floor", quick, rows, result)
 
 

@@ -351,10 +351,11 @@ class BlockTable(Sequence[Block]):
         return self._ranks
 
     def ranks_of(self, indices: IntArray) -> tuple[IntArray, IntArray, int]:
-        """Dense ranks of these (distinct, clustered) files' keys among themselves: the table's own when they are
-        all its clustered files."""
+        """These (distinct, clustered) files' key ranks, for `ranked_depth_profile`: the table's own while they are
+        a good share of it (points no file of theirs touches are allowed), else dense among themselves (a small
+        set's arrays stay small)."""
         lo, hi, points = self.key_ranks()
-        if len(indices) == self._clustered_count:
+        if len(indices) * 4 >= self._clustered_count:
             return lo[indices], hi[indices], points
         return dense_ranks(lo[indices], hi[indices])
 

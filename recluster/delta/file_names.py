@@ -109,8 +109,7 @@ class _Found:
     def __init__(self, count: int) -> None:
         self.count = count
         self.names: FileNames | None = None
-        self.fingerprint_words: list[npt.NDArray[np.uint64]] = []
-        self.fingerprint_rows: list[IntArray] = []
+        self.fingerprint_codes: dict[bytes, int] = {}
 
     def columns(self) -> FileNames:
         if self.names is None:
@@ -129,10 +128,16 @@ class _Found:
     def result(self) -> FileNames:
         if self.names is None:
             return _empty(self.count)
-        distinct, codes = np.unique(np.concatenate(self.fingerprint_words), return_inverse=True)
-        self.names.fingerprints.extend(word.tobytes().decode("ascii") for word in distinct)
-        self.names.fingerprint_codes[np.concatenate(self.fingerprint_rows)] = codes.astype(np.int32) + 1
+        self.names.fingerprints.extend(f.decode("ascii") for f in self.fingerprint_codes)  # in code order
         return self.names
+
+    def add_fingerprints(self, rows: IntArray, fingerprints: npt.NDArray[np.uint8]) -> None:
+        """Code the fingerprints (rows x 8 bytes) of these rows: a table has one or a few, so each chunk's few
+        distinct ones are looked up, not every row's."""
+        words = np.ascontiguousarray(fingerprints).view(np.uint64).ravel()
+        distinct, inverse = np.unique(words, return_inverse=True)
+        codes = [self.fingerprint_codes.setdefault(w.tobytes(), len(self.fingerprint_codes) + 1) for w in distinct]
+        self.columns().fingerprint_codes[rows] = np.array(codes, dtype=np.int32)[inverse]
 
 
 def _read_names(strings: pa.Array, base: int, found: _Found) -> None:
@@ -172,5 +177,4 @@ def _read_names(strings: pa.Array, base: int, found: _Found) -> None:
                 names.horizons[rows] = values["horizon"]
             if "curve_low" in values:
                 names.curve_lows[rows], names.curve_highs[rows] = values["curve_low"], values["curve_high"]
-            found.fingerprint_words.append(np.ascontiguousarray(window[:, 10:18]).view(np.uint64).ravel())
-            found.fingerprint_rows.append(rows)
+            found.add_fingerprints(rows, window[:, 10:18])

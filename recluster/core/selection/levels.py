@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from recluster.core.block_table import BlockTable, IntArray
+from recluster.core.block_table import BlockTable, IntArray, dense_ranks
 from recluster.core.blocks import Block, Partition
 from recluster.core.metrics import ranked_depth_profile
 from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, bounded, level_threshold, output_level
@@ -22,7 +22,8 @@ def _deepest_range_tasks(
 
     Returns the file groups, their depths and how many candidate groups were over the size bounds.
     """
-    profile = ranked_depth_profile(*table.ranks_of(pool))
+    lo, hi, _ = table.key_ranks()
+    profile = ranked_depth_profile(*dense_ranks(lo[pool], hi[pool]))  # dense: depth runs are walked point by point
     depth = profile.point_depth
     if not len(depth) or int(depth.max()) < 2 or float(profile.block_depth.mean()) <= threshold:
         return [], [], 0
