@@ -23,12 +23,14 @@ import pyarrow.compute as pc
 
 from recluster.core.blocks import Block, Partition, file_age
 from recluster.core.deletion_vectors import DeletionVector
-from recluster.core.keys import ONE_NUMBER_KEY_BYTES, VALUE_MARKER
+from recluster.core.keys import ONE_NUMBER_KEY_BYTES, VALUE_MARKER, arrow_numbers
 
 IntArray = npt.NDArray[np.signedinteger[Any]]
 """Indices, counts and key ranks (int32 where a million of them are kept, int64 elsewhere)."""
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+Numbers: TypeAlias = IntArray | pa.Array | pa.ChunkedArray
+"""Per-file integers (rows, bytes, modification times): numpy, or the log's Arrow column as it came."""
 Column: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[Any]
 """One key column's per-file values: an Arrow array (built from the log) or a list (built from `Block`s)."""
 
@@ -159,6 +161,23 @@ def column_positions(column: Column) -> FloatArray:
     return floats
 
 
+def _number(numbers: Numbers, index: int) -> int:
+    return int(numbers[index].as_py() if isinstance(numbers, pa.Array | pa.ChunkedArray) else numbers[index])
+
+
+def _numbers_of(numbers: Numbers, indices: IntArray | None) -> IntArray:
+    """The numbers of some files as int64 (an Arrow column is converted whole, a short-lived copy: numpy's gather
+    is far faster than Arrow's `take` over many chunks)."""
+    every = numbers if isinstance(numbers, np.ndarray) else arrow_numbers(numbers.cast(pa.int64()), 0)
+    return every if indices is None else every[indices]
+
+
+def _total(numbers: Numbers, indices: IntArray | None) -> int:
+    if indices is None and not isinstance(numbers, np.ndarray):
+        return int(pc.sum(numbers).as_py() or 0)
+    return int(_numbers_of(numbers, indices).sum())
+
+
 def _take(column: Column, indices: IntArray) -> Column:
     if isinstance(column, pa.Array | pa.ChunkedArray):
         return column.take(pa.array(indices))
@@ -182,8 +201,8 @@ class BlockTable(Sequence[Block]):
         self,
         *,
         paths: pa.Array | pa.ChunkedArray | Sequence[str],
-        rows: IntArray,
-        sizes: IntArray,
+        rows: Numbers,
+        sizes: Numbers,
         min_keys: npt.NDArray[Any],
         max_keys: npt.NDArray[Any],
         clustered: BoolArray,
@@ -195,7 +214,7 @@ class BlockTable(Sequence[Block]):
         partitions: Sequence[Partition],
         fingerprint_codes: IntArray,
         fingerprints: Sequence[str | None],
-        modified_ms: IntArray,
+        modified_ms: Numbers,
         ages: IntArray,
         horizons: IntArray,
         curve_ranges: Mapping[int, tuple[int, int]] | None = None,
@@ -204,7 +223,8 @@ class BlockTable(Sequence[Block]):
         blocks: Sequence[Block] | None = None,
     ) -> None:
         self.paths = paths
-        self.rows, self.sizes, self.modified_ms = rows, sizes, modified_ms
+        self._rows, self._sizes, self._modified = rows, sizes, modified_ms
+        """Kept as the log's Arrow columns when nothing had to be filled in: the floor holds them already."""
         self.min_keys, self.max_keys, self.clustered = min_keys, max_keys, clustered
         self.ranged = ranged
         """Files with min/max tuples of every key column (NULL values allowed): what column scans count."""
@@ -270,7 +290,7 @@ class BlockTable(Sequence[Block]):
         )
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._rows)
 
     @overload
     def __getitem__(self, index: int) -> Block: ...
@@ -316,8 +336,8 @@ class BlockTable(Sequence[Block]):
             mins = maxes = None
         return Block(
             str(_value(self.paths, index)),
-            int(self.rows[index]),
-            int(self.sizes[index]),
+            _number(self._rows, index),
+            _number(self._sizes, index),
             self._key(self.min_keys, index),
             self._key(self.max_keys, index),
             mins,
@@ -325,10 +345,24 @@ class BlockTable(Sequence[Block]):
             int(self.levels[index]),
             self.partitions[self.partition_codes[index]],
             self.fingerprints[self.fingerprint_codes[index]],
-            int(self.modified_ms[index]),
+            _number(self._modified, index),
             self.deletion_vectors.get(index),
             self.curve_ranges.get(index),
         )
+
+    def rows_of(self, indices: IntArray | None = None) -> IntArray:
+        """Row counts of these files (None: all) as int64."""
+        return _numbers_of(self._rows, indices)
+
+    def sizes_of(self, indices: IntArray | None = None) -> IntArray:
+        """Sizes in bytes of these files (None: all) as int64."""
+        return _numbers_of(self._sizes, indices)
+
+    def total_rows(self, indices: IntArray | None = None) -> int:
+        return _total(self._rows, indices)
+
+    def total_bytes(self, indices: IntArray | None = None) -> int:
+        return _total(self._sizes, indices)
 
     def key_ranks(self) -> tuple[IntArray, IntArray, int]:
         """Every file's minimum and maximum key as int32 ranks among all the table's distinct keys (one sort,

@@ -150,13 +150,18 @@ def column_stats(actions: pa.Table, name: str, rows: Column) -> ColumnStats:
     )
 
 
-def _epoch_ms(column: Column | None, count: int) -> IntArray:
+def _epoch_ms(column: Column | None, count: int) -> Column:
     """modificationTime as epoch milliseconds (delta-rs gives int64 ms; a timestamp type is converted)."""
     if column is None:
-        return np.zeros(count, dtype=np.int64)
+        return pa.array(np.zeros(count, dtype=np.int64))
     if pa.types.is_timestamp(column.type):
         column = pc.cast(column, pa.timestamp("ms", column.type.tz), safe=False)
-    return _numbers(column.cast(pa.int64()))
+    return column.cast(pa.int64())
+
+
+def _as_logged(column: Column) -> Column | IntArray:
+    """The log's column as it is (the floor holds it already), or numbers of our own when it has NULLs (0)."""
+    return column if not column.null_count else _numbers(column)
 
 
 def _numbers(column: Column, missing: int = 0) -> IntArray:
@@ -216,11 +221,10 @@ def blocks_from_actions(
     `deletion_vectors` maps a path (as logged) to its file's deletion vector."""
     count = actions.num_rows
     paths = actions.column("path")
-    sizes = _numbers(actions.column("size_bytes"))
+    sizes = _as_logged(actions.column("size_bytes").cast(pa.int64()))
     row_column = _column(actions, "num_records")
     row_column = pa.nulls(count, pa.int64()) if row_column is None else row_column.cast(pa.int64())
-    rows = _numbers(row_column)
-    modified = _epoch_ms(_column(actions, "modification_time"), count)
+    modified = _as_logged(_epoch_ms(_column(actions, "modification_time"), count))
     partition_codes, partitions = file_partitions(actions, partition_columns)
     stats = [column_stats(actions, name, row_column) for name in key.names]
     from_log = np.logical_and.reduce([s.usable for s in stats]) if stats else np.zeros(count, dtype=bool)
@@ -250,13 +254,14 @@ def blocks_from_actions(
             if linear
             else ([None] * count, [None] * count)
         )
+    footer_rows: dict[int, int] = {}
     clustered = from_log & linear
     ranged = np.full(count, bool(stats))
     overrides: dict[int, tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] = {}
     for i in np.flatnonzero(~from_log).tolist() if key.columns else ():  # no usable log stats: the footer's
         path = paths[i].as_py()
         footer = footer_stats(table_uri, path, key.names, storage_options)
-        rows[i] = footer.rows
+        footer_rows[i] = footer.rows
         overrides[i] = (footer.mins, footer.maxes)
         ranged[i] = bool(footer.mins) and bool(footer.maxes)
         usable = linear and footer.mins is not None and footer.maxes is not None
@@ -265,7 +270,7 @@ def blocks_from_actions(
             key_list[0][i] = encode_key(footer.mins, key.columns, prefixes[i]) if usable else None  # type: ignore[arg-type]
             key_list[1][i] = encode_key(footer.maxes, key.columns, prefixes[i]) if usable else None  # type: ignore[arg-type]
     for i in np.flatnonzero(pc.is_null(row_column).to_numpy(zero_copy_only=False)).tolist() if not key.columns else ():
-        rows[i] = footer_stats(table_uri, paths[i].as_py(), (), storage_options).rows  # keyless: only the rows
+        footer_rows[i] = footer_stats(table_uri, paths[i].as_py(), (), storage_options).rows  # keyless: only rows
     names = parse_file_names(paths)
     fingerprint_codes, fingerprints = names.fingerprint_codes, list(names.fingerprints)
     curve_ranges: dict[int, tuple[int, int]] = {}
@@ -296,6 +301,11 @@ def blocks_from_actions(
         has_fingerprint = np.array([f is not None for f in fingerprints], dtype=bool)[fingerprint_codes]
         levels = np.where(has_fingerprint, names.levels, 0).astype(np.int8)
     absorbed = names.horizons != NO_HORIZON
+    rows: Column | IntArray = row_column
+    if footer_rows or row_column.null_count:  # rows the log lacks: filled in from the footers, else 0
+        rows = _numbers(row_column)
+        rows[list(footer_rows)] = list(footer_rows.values())
+    modified_ms = modified if isinstance(modified, np.ndarray) else arrow_numbers(modified, 0)
     vectors = deletion_vectors or {}
     logged = paths.combine_chunks() if vectors else None
     positions = pc.index_in(pa.array(list(vectors), pa.string()), value_set=logged) if vectors else None
@@ -315,7 +325,7 @@ def blocks_from_actions(
         fingerprint_codes=fingerprint_codes,
         fingerprints=fingerprints,
         modified_ms=modified,
-        ages=np.where(absorbed, names.run_numbers, modified) if absorbed.any() else modified,
+        ages=np.where(absorbed, names.run_numbers, modified_ms) if absorbed.any() else modified_ms,
         horizons=names.horizons,
         curve_ranges=curve_ranges,
         stats_overrides=overrides,

@@ -9,6 +9,7 @@ every name is checked and read at fixed byte offsets from its end, with numpy, a
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,18 +67,22 @@ def _layout(horizon: bool, curve: bool) -> _Layout:
 _LAYOUTS = tuple(_layout(horizon, curve) for horizon in (False, True) for curve in (False, True))
 
 
+_IS_HEX = np.zeros(256, dtype=bool)
+_IS_HEX[list(b"0123456789abcdef")] = True
+_HEX_DIGIT = np.zeros(256, dtype=np.int64)
+_HEX_DIGIT[list(b"0123456789abcdef")] = range(16)
+
+
 def _is_hex(window: npt.NDArray[np.uint8], start: int, width: int) -> npt.NDArray[np.bool_]:
-    """Whether the field at [start, start + width) of each row is lowercase hex."""
-    chars = window[:, start : start + width]
-    digit = (chars >= ord("0")) & (chars <= ord("9"))
-    return np.asarray((digit | ((chars >= ord("a")) & (chars <= ord("f")))).all(axis=1), dtype=bool)
+    """Whether the field at [start, start + width) of each row is lowercase hex (one table lookup per byte)."""
+    return np.asarray(_IS_HEX[window[:, start : start + width]].all(axis=1), dtype=bool)
 
 
 def _hex_value(window: npt.NDArray[np.uint8], start: int, width: int) -> IntArray:
     """The hex field at [start, start + width) of each row as a number (at most 15 digits)."""
-    chars = window[:, start : start + width].astype(np.int64)
-    digits = np.where(chars >= ord("a"), chars - (ord("a") - 10), chars - ord("0"))
-    value: IntArray = digits @ (16 ** np.arange(width - 1, -1, -1, dtype=np.int64))
+    value: IntArray = _HEX_DIGIT[window[:, start : start + width]] @ (
+        16 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    )
     return value
 
 
@@ -120,10 +125,20 @@ class _Found:
                 np.zeros(count, dtype=np.int8),
                 np.zeros(count, dtype=np.int64),
                 np.full(count, NO_HORIZON, dtype=np.int64),
-                np.full(count, -1, dtype=np.int64),
-                np.full(count, -1, dtype=np.int64),
+                np.broadcast_to(np.int64(-1), (count,)),  # made when a name with a curve range is found
+                np.broadcast_to(np.int64(-1), (count,)),
             )
         return self.names
+
+    def curve_columns(self) -> FileNames:
+        names = self.columns()
+        if not names.curve_lows.flags.writeable:
+            self.names = names = dataclasses.replace(
+                names,
+                curve_lows=np.full(self.count, -1, dtype=np.int64),
+                curve_highs=np.full(self.count, -1, dtype=np.int64),
+            )
+        return names
 
     def result(self) -> FileNames:
         if self.names is None:
@@ -147,6 +162,9 @@ def _read_names(strings: pa.Array, base: int, found: _Found) -> None:
     data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)
     begins, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
     for layout in _LAYOUTS:
+        if len(data) < layout.length:
+            continue
+        windows = np.lib.stride_tricks.sliding_window_view(data, layout.length)  # a view: every byte window
         long_enough = np.flatnonzero(ends - begins >= layout.length)
         first = ends[long_enough] - layout.length
         # three bytes decide which names can have this layout at all: the full check reads only those
@@ -156,7 +174,7 @@ def _read_names(strings: pa.Array, base: int, found: _Found) -> None:
             if not len(rows):
                 continue
             start = ends[rows] - layout.length
-            window = data[start[:, None] + np.arange(layout.length)]
+            window = windows[start]  # one row copy per name (no index per byte)
             ok = (start == begins[rows]) | (data[np.maximum(start - 1, 0)] == ord("/"))  # the whole base name
             for at, literal in layout.literals:
                 ok &= (window[:, at : at + len(literal)] == np.frombuffer(literal, dtype=np.uint8)).all(axis=1)
@@ -176,5 +194,6 @@ def _read_names(strings: pa.Array, base: int, found: _Found) -> None:
             if "horizon" in values:
                 names.horizons[rows] = values["horizon"]
             if "curve_low" in values:
+                names = found.curve_columns()
                 names.curve_lows[rows], names.curve_highs[rows] = values["curve_low"], values["curve_high"]
             found.add_fingerprints(rows, window[:, 10:18])

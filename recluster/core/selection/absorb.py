@@ -62,7 +62,9 @@ def fixable_self_overlap(table: BlockTable, files: IntArray) -> IntArray:
     before = np.maximum.accumulate(highs)
     widens = np.ones(count, dtype=bool)
     widens[1:] = highs[1:] > before[:-1]
-    widest = np.maximum.accumulate(np.where(widens, np.arange(count), 0))
+    widest = np.arange(count, dtype=np.int32)  # (positions: int32 halves a big run's arrays)
+    widest[~widens] = 0
+    np.maximum.accumulate(widest, out=widest)
     found: dict[int, None] = {}
     for at in (np.flatnonzero(highs[widest[:-1]] >= lows[1:]) + 1).tolist():
         other = int(widest[at - 1])
@@ -146,11 +148,12 @@ def decide_absorb(
             return Absorb(
                 table, int(runs.ages[0]), runs.members(0), files[head], newest, decision.reason, split
             ), decision
-    rows_after = np.cumsum(np.add.reduceat(table.rows[files], bounds[:-1])[::-1])[::-1]  # from each run on
+    run_rows = np.add.reduceat(table.rows_of(files), bounds[:-1], dtype=np.int64)
+    rows_after = np.cumsum(run_rows[::-1])[::-1]  # from each run on
     for index in range(len(runs) - 1):
         newer = slice(int(bounds[index + 1]), len(files))
         members = touched(index, newer)
-        if rows_after[index + 1] < beta * int(table.rows[files[members]].sum()):
+        if rows_after[index + 1] < beta * table.total_rows(files[members]):
             continue
         members[newer] = True
         if not any_pair_overlaps(lo, hi, by_lo[members[by_lo]]):
@@ -187,7 +190,7 @@ def absorb_slices(table: BlockTable, files: IntArray, bounds: SelectionBounds, b
     slices: list[IntArray] = []
     start = 0
     while start < count and len(slices) < budget:
-        sizes = np.cumsum(table.sizes[order[start : start + bounds.max_task_files]])  # a slice holds no more
+        sizes = np.cumsum(table.sizes_of(order[start : start + bounds.max_task_files]))  # a slice holds no more
         fitting = int(np.searchsorted(sizes, bounds.max_task_bytes, side="right"))
         end = start + min(max(2, fitting), count - start)
         slices.append(order[start:end])

@@ -117,8 +117,8 @@ def decide_watermark(runs: Runs, overlapped: IntArray, target_rows: int | None) 
         return None
     like = table.first_value(int(everything[int(np.argmax(highs))]), True)
     watermark = high - lag
-    waiting_rows = table.rows[waiting].astype(np.float64)
-    head_file_rows = table.rows[overlapped].astype(np.float64)
+    waiting_rows = table.rows_of(waiting).astype(np.float64)
+    head_file_rows = table.rows_of(overlapped).astype(np.float64)
     per_append = float(waiting_rows.sum()) / (len(runs) - 1)
     head_rows = float(waiting_rows.sum() + head_file_rows.sum())
     threshold = RENT_SHARE * max(head_rows, HEAD_FLOOR_FILES * (target_rows or 0)) / max(per_append, 1.0)
