@@ -50,10 +50,13 @@ def _range_max(values: IntArray, lo: IntArray, hi: IntArray) -> IntArray:
     if len(lo) == 0:
         return result
     row = values.astype(np.int32)
-    length = (hi - lo + 1).astype(np.int32)
+    level = np.empty(len(lo), dtype=np.int8)  # floor(log2(length)) of each query, a slice at a time
+    for start in range(0, len(lo), COUNT_POINTS_AT_ONCE):
+        part = slice(start, start + COUNT_POINTS_AT_ONCE)
+        level[part] = np.frexp((hi[part] - lo[part] + 1).astype(np.float64))[1] - 1  # exact
     span = 1
-    while span <= int(length.max()):
-        asked = np.flatnonzero((length >= span) & (length < 2 * span))  # floor(log2(length)) == k
+    for k in range(int(level.max()) + 1):
+        asked = np.flatnonzero(level == k)
         if len(asked):
             result[asked] = np.maximum(row[lo[asked]], row[hi[asked] - span + 1])
         if 2 * span <= n:
@@ -77,14 +80,14 @@ COUNT_POINTS_AT_ONCE = 1 << 19
 def _cumulative_count(points_of: IntArray, points: int, out: npt.NDArray[np.int32]) -> None:
     """How many of `points_of` are at or before each point, into `out` (int32), a window of points at a time."""
     if points <= COUNT_POINTS_AT_ONCE:
-        out[:] = np.bincount(points_of, minlength=points)
-    else:
-        ordered = np.sort(points_of)  # each window's points are then one slice, found by bisection
-        bounds = np.searchsorted(ordered, np.arange(0, points + COUNT_POINTS_AT_ONCE, COUNT_POINTS_AT_ONCE))
-        for window, start in enumerate(range(0, points, COUNT_POINTS_AT_ONCE)):
-            width = min(COUNT_POINTS_AT_ONCE, points - start)
-            inside = ordered[bounds[window] : bounds[window + 1]] - start
-            out[start : start + width] = np.bincount(inside, minlength=width)
+        np.cumsum(np.bincount(points_of, minlength=points), dtype=np.int32, out=out)
+        return
+    ordered = np.sort(points_of)  # each window's points are then one slice, found by bisection
+    bounds = np.searchsorted(ordered, np.arange(0, points + COUNT_POINTS_AT_ONCE, COUNT_POINTS_AT_ONCE))
+    for window, start in enumerate(range(0, points, COUNT_POINTS_AT_ONCE)):
+        width = min(COUNT_POINTS_AT_ONCE, points - start)
+        inside = ordered[bounds[window] : bounds[window + 1]] - start
+        out[start : start + width] = np.bincount(inside, minlength=width)
     np.cumsum(out, out=out)
 
 
