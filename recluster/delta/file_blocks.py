@@ -164,9 +164,9 @@ def _as_logged(column: Column) -> Column | IntArray:
     return column if not column.null_count else _numbers(column)
 
 
-def _numbers(column: Column, missing: int = 0) -> IntArray:
-    """An integer column as int64 numbers of our own (NULL: `missing`)."""
-    numbers: IntArray = arrow_numbers(column.cast(pa.int64()), missing)
+def _numbers(column: Column) -> IntArray:
+    """An integer column as int64 numbers of our own (NULL: 0)."""
+    numbers: IntArray = arrow_numbers(column.cast(pa.int64()), 0)
     return numbers
 
 
