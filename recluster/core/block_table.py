@@ -115,6 +115,11 @@ def as_words(keys: Sequence[bytes | None]) -> npt.NDArray[np.uint64] | None:
     return words
 
 
+def word_key(word: int) -> bytes:
+    """The key a word of `as_words` stands for (the value marker, then its 8 bytes)."""
+    return VALUE_MARKER + int(word).to_bytes(8, "big")
+
+
 def key_arrays(
     min_keys: Sequence[bytes | None], max_keys: Sequence[bytes | None]
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
@@ -324,7 +329,7 @@ class BlockTable(Sequence[Block]):
         if keys.dtype == object:
             key: bytes = keys[index]
             return key
-        return VALUE_MARKER + int(keys[index]).to_bytes(8, "big")
+        return word_key(keys[index])
 
     def _make(self, index: int) -> Block:
         if index in self.stats_overrides:

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recluster.core.block_table import BlockTable, IntArray, as_table, rank_keys
+from recluster.core.block_table import BlockTable, IntArray, as_table, as_words, rank_keys, word_key
 from recluster.core.blocks import Block
-from recluster.core.keys import ONE_NUMBER_KEY_BYTES, VALUE_MARKER, ClusterKey
+from recluster.core.keys import ClusterKey
 from recluster.core.pruning import column_scan_fractions
 
 EMPTY_AVERAGE_DEPTH = 1.0
@@ -240,12 +240,11 @@ class BlockSet:
         one integer, date, timestamp or float column, unpartitioned) as the unsigned numbers they order as, searched
         and inserted at numpy speed; else as bytes objects (compared as Python compares them), and the points too."""
         if self._points.dtype != object:
-            if all(len(k) == ONE_NUMBER_KEY_BYTES and k[:1] == VALUE_MARKER for k in keys):
-                raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, ONE_NUMBER_KEY_BYTES)[:, 1:]
-                words: npt.NDArray[Any] = np.ascontiguousarray(raw).view(">u8").ravel().astype(np.uint64)
+            words = as_words(keys)
+            if words is not None:
                 return words
             converted = np.empty(len(self._points), dtype=object)
-            converted[:] = [VALUE_MARKER + int(w).to_bytes(8, "big") for w in self._points.tolist()]
+            converted[:] = [word_key(w) for w in self._points.tolist()]
             self._points = converted
         objects = np.empty(len(keys), dtype=object)
         objects[:] = keys
@@ -352,18 +351,15 @@ def clustering_metrics(blocks: Sequence[Block]) -> ClusteringMetrics:
 
 def table_metrics(table: BlockTable, indices: IntArray | None = None) -> ClusteringMetrics:
     """`clustering_metrics` of some files of a table (None: all of them, without an index array)."""
-    chosen: IntArray | slice = slice(None) if indices is None else indices
-    count = len(table) if indices is None else len(indices)
-    clustered = table.clustered[chosen]
-    every = bool(clustered.all())
-    members = None if every and indices is None else (indices if indices is not None else np.arange(count))
-    if members is not None and not every:
-        members = members[clustered]
+    clustered = table.clustered if indices is None else table.clustered[indices]
+    count = len(clustered)
     lo, hi, points = table.key_ranks()
-    if members is None:
+    if indices is None and clustered.all():  # every file: the table's own ranks, no index array
         profile = ranked_depth_profile(lo, hi, points) if count else None
         constants = int(np.count_nonzero(lo == hi))
     else:
+        members = np.arange(count) if indices is None else indices
+        members = members if clustered.all() else members[clustered]
         profile = ranked_depth_profile(*table.ranks_of(members)) if len(members) else None
         constants = int(np.count_nonzero(lo[members] == hi[members]))
     return summarize(

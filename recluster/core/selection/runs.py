@@ -63,10 +63,6 @@ class Runs(Sequence[Run]):
     def members(self, index: int) -> IntArray:
         return self.files[self.bounds[index] : self.bounds[index + 1]]
 
-    def run_of(self) -> IntArray:
-        """The run of each of `files`."""
-        return np.repeat(np.arange(len(self)), np.diff(self.bounds))
-
 
 def recover_runs(blocks: Sequence[Block]) -> Runs:
     """The runs of one partition's clustered files, oldest first."""
