@@ -3,17 +3,17 @@ recluster/spark/merge.py does (at target_rows, where the key changes, and at the
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from recluster.core.blocks import Block, data_file_name
+from recluster.core.blocks import LEVEL_CONSTANT, Block, data_file_name
 from recluster.core.keys import KeyColumn, KeyType, encode_key, key_fingerprint
 from recluster.core.metrics import clustering_info
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, SelectionBounds
+from recluster.spark.kernel import file_segments, files_for_rows
 
 KEY = (KeyColumn("k", KeyType.INTEGER),)
 FINGERPRINT = key_fingerprint(["k"])
@@ -36,22 +36,14 @@ def make_block(path: str, keys: np.ndarray, modified_ms: int, level: int = 0) ->
 
 
 def cut_sorted(keys: np.ndarray, target_rows: int, split_values: Sequence[int]) -> list[np.ndarray]:
-    """Pieces of a sorted key array: about target_rows each, cut only where the key changes, and just
-    below and above every split value."""
+    """Pieces of a sorted key array as the merge kernel cuts them (`file_segments`): about target_rows each, cut
+    only where the key changes, and just below and above every split value."""
     if not len(keys):
         return []
-    changes = np.flatnonzero(np.diff(keys)) + 1
-    cuts: set[int] = set()
-    pieces = max(1, round(len(keys) / target_rows))
-    for j in range(1, pieces):
-        ideal = len(keys) * j // pieces
-        if len(changes):
-            cuts.add(int(changes[np.argmin(np.abs(changes - ideal))]))
-    for value in split_values:
-        cuts.add(int(np.searchsorted(keys, value, side="left")))
-        cuts.add(int(np.searchsorted(keys, value, side="right")))
-    bounds = [0, *sorted(c for c in cuts if 0 < c < len(keys)), len(keys)]
-    return [keys[a:b] for a, b in itertools.pairwise(bounds)]
+    run_starts = np.concatenate(([0], np.flatnonzero(np.diff(keys)) + 1)).astype(np.int64)
+    forced = [int(np.searchsorted(keys, v, side=side)) for v in split_values for side in ("left", "right")]
+    segments = file_segments(run_starts, len(keys), target_rows, files_for_rows(len(keys), target_rows), forced=forced)
+    return [keys[start:stop] for start, stop in segments]
 
 
 @dataclass
@@ -83,9 +75,11 @@ class ModelTable:
         self.rewritten += len(merged)
         paths = []
         for piece in cut_sorted(merged, self.target_rows, task.split_values):
-            path = data_file_name(task.output_level, FINGERPRINT, task.output_run or "0" * 12, task.horizon_ms)
+            constant = piece[0] == piece[-1] and len(piece) >= self.target_rows  # as the kernel levels it
+            level = LEVEL_CONSTANT if constant else task.output_level
+            path = data_file_name(level, FINGERPRINT, task.output_run or "0" * 12, task.horizon_ms)
             self.keys[path] = piece
-            self.blocks[path] = make_block(path, piece, self.clock, task.output_level)
+            self.blocks[path] = make_block(path, piece, self.clock, level)
             paths.append(path)
         return paths
 
@@ -97,6 +91,11 @@ class ModelTable:
         for task in plan.tasks:
             self.merge(task)
         return plan
+
+    @property
+    def clustered(self) -> list[Block]:
+        """The files as selection sees them: without the constant pieces of heavy key values (level -1)."""
+        return [b for b in self.blocks.values() if b.level != LEVEL_CONSTANT]
 
     @property
     def average_depth(self) -> float:

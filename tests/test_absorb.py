@@ -81,7 +81,7 @@ def self_overlapping_runs(table: ModelTable) -> list[int]:
     """Ages of absorb-written runs with two files that overlap (touching counts)."""
     return [
         run.age_ms
-        for run in recover_runs(table.blocks.values())
+        for run in recover_runs(table.clustered)
         if run.horizon_ms is not None and any(overlaps(a, b) for a, b in itertools.combinations(run.files, 2))
     ]
 
@@ -94,7 +94,7 @@ def test_absorb_decision_matches_the_oracle(steps, beta, target_rows, seed):
     table = ModelTable(target_rows)
     for low, high, rows, merge in steps:
         table.append(append_keys(rng, low, high, rows))
-        blocks = list(table.blocks.values())
+        blocks = table.clustered
         runs = recover_runs(blocks)
         decided, time_like = decide_absorb(runs, beta)
         expected = oracle(blocks, beta)
@@ -151,7 +151,7 @@ def test_sliced_absorbs_lose_nothing_and_cover_each_file_once(steps, beta, targe
                 assert_done(table, absorb, pending)
                 (reason,) = {t.reason for t in plan.tasks}
                 assert reason in (Reason.ABSORB_RATIO, Reason.WATERMARK_ABSORB)
-                decided, _ = decide_absorb(recover_runs(table.blocks.values()), beta)
+                decided, _ = decide_absorb(recover_runs(table.clustered), beta)
                 assert decided is not None
                 absorb = next(iter(identity))
                 pending = {b.path for b in decided.files}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recluster.core.blocks import parse_data_file_name
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
+from recluster.spark.kernel import file_segments, files_for_rows
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.spark
@@ -96,3 +100,39 @@ def test_both_kernel_placements_give_the_same_rows_and_cuts(tmp_path: Path, spar
         results.append((files, rows_digest(rows)))
         assert rows_digest(rows) == rows_digest(read_with_delta_rs(str(path)).select(rows.column_names))
     assert results[0] == results[1] == results[2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 400),
+    target=st.integers(5, 120),
+    extra_files=st.integers(0, 3),
+    forced=st.lists(st.integers(-5, 405), max_size=6),
+)
+def test_forced_cuts_share_the_files_out_and_leave_no_sliver(
+    rows: int, target: int, extra_files: int, forced: list[int]
+) -> None:
+    """Distinct keys: every forced cut is kept, and each stretch between forced cuts gets its own even pieces
+    (`files_for_rows` at the partition's rows per file): an even cut is never made right beside a forced one."""
+    files = files_for_rows(rows, target) + extra_files
+    segments = file_segments(np.arange(rows, dtype=np.int64), rows, target, files, forced=forced)
+    assert segments[0][0] == 0 and segments[-1][1] == rows
+    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(segments)), "pieces are contiguous"
+    edges = [0, *sorted({c for c in forced if 0 < c < rows}), rows]
+    starts = {start for start, _ in segments}
+    assert set(edges[:-1]) <= starts, "a forced cut was dropped"
+    per_file = -(-rows // files) if len(edges) > 2 else None
+    for low, high in itertools.pairwise(edges):
+        inside = [s for s in segments if low <= s[0] < high]
+        assert all(stop <= high for _, stop in inside), "a piece crosses a forced cut"
+        expected = min(files_for_rows(high - low, per_file) if per_file else files, high - low)
+        assert len(inside) == expected
+        sizes = [stop - start for start, stop in inside]
+        assert max(sizes) - min(sizes) <= 1, "pieces of one stretch are even"
+
+
+def test_a_watermark_cut_beside_an_even_cut_leaves_no_sliver() -> None:
+    """90,000 sorted rows, target 50,000 (two files), a forced cut at row 50,500: two files of 50,500 and 39,500 rows
+    (an even cut at 45,000 beside it made a 5,500-row sliver)."""
+    segments = file_segments(np.arange(90_000, dtype=np.int64), 90_000, 50_000, 2, forced=[50_500])
+    assert segments == [(0, 50_500), (50_500, 90_000)]

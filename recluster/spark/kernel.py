@@ -125,6 +125,12 @@ def key_run_starts(table: pa.Table, key: Sequence[str]) -> npt.NDArray[np.int64]
     return np.concatenate(([0], np.flatnonzero(differs) + 1)).astype(np.int64)
 
 
+def files_for_rows(rows: int, target_rows: int) -> int:
+    """How many files `rows` sorted rows become by row count: a remainder within 25% of a target file joins the
+    others (one file up to 1.25 targets)."""
+    return max(1, math.ceil(rows / target_rows - 0.25))
+
+
 def file_segments(
     run_starts: npt.NDArray[np.int64],
     rows: int,
@@ -135,13 +141,33 @@ def file_segments(
 ) -> list[tuple[int, int]]:
     """[start, stop) row ranges of the output files of one sorted partition.
 
-    About `files` even pieces, cut only at run starts. A run of >= target_rows rows (one heavy value) is
-    split inside: at `inner_starts` (full-key changes, when runs are of the first key column) into pieces
-    that each hold that one first-column value, or else into constant pieces of >= target_rows (level -1).
-    `forced` are cut positions that must be kept (run starts: see `split_positions`).
+    `forced` are cut positions that must be kept (run starts: see `split_positions`); each stretch between them
+    gets its share of the `files` (by rows, `files_for_rows` at the partition's rows per file), so a forced cut
+    never leaves a sliver beside an even cut. Within a stretch: about that many even pieces, cut only at run
+    starts. A run of >= target_rows rows (one heavy value) is split inside: at `inner_starts` (full-key changes,
+    when runs are of the first key column) into pieces that each hold that one first-column value, or else into
+    constant pieces of >= target_rows (level -1).
     """
     if rows == 0:
         return []
+    edges = [0, *sorted({int(c) for c in forced if 0 < c < rows}), rows]
+    if len(edges) > 2:
+        rows_per_file = rows / max(files, 1)
+        segments = []
+        for start, stop in itertools.pairwise(edges):
+            runs = run_starts[(run_starts > start) & (run_starts < stop)] - start
+            inner = None if inner_starts is None else inner_starts[(inner_starts > start) & (inner_starts < stop)]
+            segments += [
+                (start + low, start + high)
+                for low, high in file_segments(
+                    np.concatenate(([0], runs)).astype(np.int64),
+                    stop - start,
+                    target_rows,
+                    files_for_rows(stop - start, math.ceil(rows_per_file)),
+                    None if inner is None else np.concatenate(([0], inner - start)).astype(np.int64),
+                )
+            ]
+        return segments
     ends = np.append(run_starts[1:], rows)
     lengths = ends - run_starts
     cuts: set[int] = set()
@@ -164,7 +190,6 @@ def file_segments(
             run_starts[right],
         )
         cuts.update(int(c) for c in nearest)
-    cuts.update(forced)
     bounds = [0, *sorted(c for c in cuts if 0 < c < rows), rows]
     return list(itertools.pairwise(bounds))
 
@@ -303,7 +328,7 @@ def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) 
     table = pa.Table.from_batches(collected)
     schema = sorted_schema(spec) if table.num_columns > len(spec.schema) else spec.schema
     table = with_curve_column(table.rename_columns(schema.names).cast(schema), spec.curve)
-    files_by_rows = math.ceil(table.num_rows / spec.target_rows - 0.25)  # within 25% of target: one file
+    files_by_rows = files_for_rows(table.num_rows, spec.target_rows)
     files_by_bytes = math.ceil(table.num_rows * spec.bytes_per_row / spec.target_file_bytes)
     # A file's key range is per-column (min tuple, max tuple): two files that split one value of the first
     # key column overlap whatever the other columns hold, so files are cut where the first column changes,

@@ -4,13 +4,15 @@ Most clustered tables are keyed by event time: appends arrive mostly in order wi
 absorbs rewrite the main run's files that straddle the recent key range again and again. Two levers:
 
 - **Watermark.** The table's lag is the largest lateness the waiting appends show (the largest key of everything
-  older than an append minus that append's smallest key); the watermark is the largest key minus the lag. An absorb
+  older than an append minus that append's smallest key); the watermark is the largest key minus the lag (and a
+  margin: LAG_MARGIN). An absorb
   cuts its outputs at the watermark, so rows below it land in files that end there: later appends (late by at most
   the lag) do not overlap them, and they are not written again. Only the open head above it is.
 - **Rent or buy.** Instead of the ratio rule, each waiting append adds (average depth after it - 1) to an
   accumulator, recomputed from the snapshot alone (the depth after each waiting append, in commit order); the head
   (the waiting appends and the main run's files they overlap) is absorbed once the accumulator reaches
-  RENT_SHARE x rows(head) / rows per append: depth is paid for until it has cost a share of the rewrite.
+  RENT_SHARE x rows(head) / rows per append x sqrt(files(head) / files): depth is paid for until it has cost a
+  share of the rewrite (DILUTION says why the square root).
 
 A table is time-like when its key is linear (not on a curve), the first key column's values subtract (numbers,
 dates, timestamps), its appends move the largest key forward (MIN_ADVANCE) and the lag is under
@@ -32,10 +34,10 @@ from recluster.core.metrics import table_mean_depth
 from recluster.core.selection.plan import Reason, WatermarkDecision
 from recluster.core.selection.runs import Runs
 
-RENT_SHARE = 0.15
+RENT_SHARE = 0.22
 """theta: absorb the head once the extra depth paid since the last absorb reaches this share of its rewrite
-(measured in the model of tests/absorb_model.py: 0.1 holds 400 appends at depth 1.15 but rewrites 2.7x over 40;
-0.15 with HEAD_FLOOR_FILES is the best compromise of the issue's two goals; README, Performance)."""
+(a sweep in the model of tests/absorb_model.py, with DILUTION 0.5: 0.2 spends WA 2.0 over 400 appends, 0.25
+leaves depth 1.15 there; 0.22 meets both of the issue's bounded-lateness goals; README, Performance)."""
 
 HEAD_FLOOR_FILES = 2.0
 """The rewrite is priced at no less than this many target files: a tiny table is not rewritten at every append."""
@@ -44,12 +46,25 @@ TIME_LIKE_LAG_SHARE = 0.75
 """A table whose lag spans at least this share of its key range is not time-like (random keys, unbounded
 lateness): the watermark would leave nothing closed."""
 
+DILUTION = 0.5
+"""The price of the rewrite is scaled by (files(head) / files) ** DILUTION. The accumulator counts the mean depth
+over all files, in which the head's extra depth is diluted by the table's size; a query of recent rows pays it
+undiluted. Counting the mean alone (0) lets a big table's head grow deep (every 10 appends over 400: depth 1.21);
+counting the head alone (1) rewrites a small table at every other append. The square root weighs both views
+equally (measured in the model: 1.34 at WA 2.26 over 40 appends, 1.14 at 1.95 over 400)."""
+
 MAX_COUNTED_APPENDS = 64
 """More appends than this waiting (a job that was stopped for a while): absorb the head without pricing it."""
 
 MIN_ADVANCE = 0.05
 """A time-like table's appends move its largest key forward: on average by at least this share of their own key
 range (random keys barely move it)."""
+
+LAG_MARGIN = 1 / 64
+"""The watermark trails the largest key by the learned lag and this share of it more. The learned lag falls
+short of the true bound by about the gap between late rows, and a late row landing below the watermark makes the
+closed file it meets be rewritten whole (in the model, 40 appends, the trigger before DILUTION: WA 2.44 without
+a margin, 2.35 with 1/32)."""
 
 MIN_CLOSED_SHARE = 0.5
 """The watermark cut is made only when the rows it closes fill at least this share of a target file: the outputs
@@ -116,18 +131,19 @@ def decide_watermark(runs: Runs, overlapped: IntArray, target_rows: int | None) 
     if advance < MIN_ADVANCE or lag >= TIME_LIKE_LAG_SHARE * (high - low):
         return None
     like = table.first_value(int(everything[int(np.argmax(highs))]), True)
-    watermark = high - lag
+    watermark = high - lag * (1 + LAG_MARGIN)
     waiting_rows = table.rows_of(waiting).astype(np.float64)
     head_file_rows = table.rows_of(overlapped).astype(np.float64)
     per_append = float(waiting_rows.sum()) / (len(runs) - 1)
     head_rows = float(waiting_rows.sum() + head_file_rows.sum())
     threshold = RENT_SHARE * max(head_rows, HEAD_FLOOR_FILES * (target_rows or 0)) / max(per_append, 1.0)
-    accumulator = accumulated_depth(runs, threshold)
+    threshold *= ((len(overlapped) + len(waiting)) / len(everything)) ** DILUTION
     closing = rows_below(lows[len(main) :], highs[len(main) :], waiting_rows, watermark)
     closing += rows_below(*table.first_positions(overlapped), head_file_rows, watermark)
     cut = target_rows is not None and closing >= MIN_CLOSED_SHARE * target_rows
+    accumulator = accumulated_depth(runs, threshold)
     reason = Reason.WATERMARK_ABSORB if accumulator >= threshold else Reason.WATERMARK_RENT
-    lag_value = value_at(high, like) - value_at(watermark, like) if not isinstance(like, float) else lag
+    lag_value = value_at(high, like) - value_at(high - lag, like) if not isinstance(like, float) else lag
     return WatermarkDecision(lag_value, value_at(watermark, like), accumulator, threshold, reason, cut)
 
 
