@@ -7,9 +7,9 @@ a 100,000-file table (bench/memory_bench.py), the cost of our own log commits ag
 (bench/fixed_cost_bench.py), multi-column keys on curves (bench/curve_bench.py), the
 status pages (bench/pages_bench.py), info and planning on 1,000,000-file tables (bench/big_table_bench.py), idle and
 many watched tables in one job (bench/idle_bench.py, bench/job_scale_bench.py), time-like keys
-(bench/watermark_bench.py), FINAL on a standalone cluster (bench/cluster_bench.py), then every strategy against its
-anchors on the same workloads (bench/compare/, which
-also cites the results of the three before it).
+(bench/watermark_bench.py) and their trigger in the model (bench/watermark_model_bench.py), FINAL on a standalone
+cluster (bench/cluster_bench.py), then every strategy against its anchors on the same workloads (bench/compare/,
+which also cites the results of the three before it).
 Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
 """
 
@@ -101,6 +101,7 @@ def main() -> int:
         pages_bench,
         stream_bench,
         watermark_bench,
+        watermark_model_bench,
     )
 
     for name, module in (
@@ -116,6 +117,7 @@ def main() -> int:
         ("idle", idle_bench),
         ("job-scale", job_scale_bench),
         ("watermark", watermark_bench),
+        ("watermark-model", watermark_model_bench),
         ("cluster", cluster_bench),
         ("compare", compare),
     ):

@@ -35,7 +35,18 @@ from bench.figures import (
     table,
     whole,
 )
-from bench.summary_figures import big_table, cluster, curve, fixed_cost, idle, job_scale, output, pages, watermark
+from bench.summary_figures import (
+    big_table,
+    cluster,
+    curve,
+    fixed_cost,
+    idle,
+    job_scale,
+    output,
+    pages,
+    watermark,
+    watermark_model,
+)
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -338,6 +349,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "curve": curve,
     "cluster": cluster,
     "watermark": watermark,
+    "watermark-model": watermark_model,
     "idle": idle,
     "job-scale": job_scale,
     "big-table": big_table,

@@ -1,6 +1,6 @@
 """README blocks of the benchmarks that report summary rows (measure, recluster, baseline, ratio, goal): output,
-fixed costs, curves, the cluster, time-like keys, idle tables, many tables, big tables and the status pages.
-Registered in `readme_figures.BLOCKS`."""
+fixed costs, curves, the cluster, time-like keys (and their trigger in the model), idle tables, many tables, big
+tables and the status pages. Registered in `readme_figures.BLOCKS`."""
 
 from __future__ import annotations
 
@@ -100,6 +100,39 @@ def watermark(results: Results) -> str:
         + table(headers, rows, "llrrrrr")
         + "\n\n"
         + summary_table(w["summary"])
+    )
+
+
+def watermark_model(results: Results) -> str:
+    """The trigger's sweep and other lateness shapes, in the model."""
+    file, m = results.get("watermark-model")
+    sizes = list(m["sweep"][0]["cases"])
+
+    def pair(case: Json) -> str:
+        return f"{num(case['time_averaged_average_depth'])} at {num(case['row_write_amplification'])}"
+
+    sweep = [
+        [f"{s['RENT_SHARE']:.2f}", f"{s['DILUTION']:.1f}", *(pair(s["cases"][n]) for n in sizes)] for s in m["sweep"]
+    ]
+    shapes = [
+        [
+            f"{c['share']:.0%} late by <= {c['lateness']} append{'s' if c['lateness'] > 1 else ''}",
+            str(c["appends"]),
+            pair(c["default"]),
+            pair(c["previous"]),
+        ]
+        for c in m["shapes"]
+    ]
+    defaults, previous = m["defaults"], m["previous"]
+    return (
+        f"**The time-like trigger in the model** (`python -m bench.watermark_model_bench`, {source(file)}; the real "
+        "selection over files holding the bench's timestamps, cut as the merge kernel cuts; time-averaged depth at row "
+        "WA). The rent share and the dilution exponent on the issue's workload (5% late by <= 4 appends; 40 x 10,000 "
+        f"rows, 400 x 2,000; defaults: share {defaults['RENT_SHARE']:.2f}, exponent {defaults['DILUTION']:.1f}):\n\n"
+        + table(("rent share", "dilution", *(f"{n} appends" for n in sizes)), sweep, "rr" + "r" * len(sizes))
+        + "\n\nOther lateness bounds and late shares, the defaults against the previous trigger (share "
+        f"{previous['RENT_SHARE']:.2f}, no dilution):\n\n"
+        + table(("workload", "appends", "default", "previous"), shapes, "lrrr")
     )
 
 

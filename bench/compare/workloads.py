@@ -49,12 +49,14 @@ HOUR = 3_600_000_000
 LATE_SHARE = 0.05
 
 
-def late_rows_batch(rng: np.random.Generator, index: int, rows: int, lateness_hours: int | None) -> pa.Table:
-    """95% of the rows in this batch's hour, 5% late rows uniformly from the `lateness_hours` hours before it
-    (None: from T0, late by any amount)."""
+def late_rows_batch(
+    rng: np.random.Generator, index: int, rows: int, lateness_hours: int | None, share: float = LATE_SHARE
+) -> pa.Table:
+    """Rows in this batch's hour but a `share` of late rows (5%), uniformly from the `lateness_hours` hours before
+    it (None: from T0, late by any amount)."""
     start = T0 + index * HOUR
     ts = rng.integers(start, start + HOUR, size=rows, dtype=np.int64)
-    late = rng.random(rows) < LATE_SHARE
+    late = rng.random(rows) < share
     if index > 0:
         earliest = T0 if lateness_hours is None else max(T0, start - lateness_hours * HOUR)
         ts[late] = rng.integers(earliest, start, size=int(late.sum()), dtype=np.int64)

@@ -4,10 +4,10 @@ Most clustered tables are keyed by event time: appends arrive mostly in order wi
 absorbs rewrite the main run's files that straddle the recent key range again and again. Two levers:
 
 - **Watermark.** The table's lag is the largest lateness the waiting appends show (the largest key of everything
-  older than an append minus that append's smallest key); the watermark is the largest key minus the lag (and a
-  margin: LAG_MARGIN). An absorb
-  cuts its outputs at the watermark, so rows below it land in files that end there: later appends (late by at most
-  the lag) do not overlap them, and they are not written again. Only the open head above it is.
+  older than an append minus that append's smallest key); the watermark is the largest key minus the lag and a
+  margin (LAG_MARGIN). An absorb cuts its outputs at the watermark, so rows below it land in files that end there:
+  later appends (late by at most the lag) do not overlap them, and they are not written again. Only the open head
+  above it is.
 - **Rent or buy.** Instead of the ratio rule, each waiting append adds (average depth after it - 1) to an
   accumulator, recomputed from the snapshot alone (the depth after each waiting append, in commit order); the head
   (the waiting appends and the main run's files they overlap) is absorbed once the accumulator reaches
