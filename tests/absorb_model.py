@@ -77,7 +77,10 @@ class ModelTable:
         for piece in cut_sorted(merged, self.target_rows, task.split_values):
             constant = piece[0] == piece[-1] and len(piece) >= self.target_rows  # as the kernel levels it
             level = LEVEL_CONSTANT if constant else task.output_level
-            path = data_file_name(level, FINGERPRINT, task.output_run or "0" * 12, task.horizon_ms)
+            run, horizon = task.output_run or "0" * 12, task.horizon_ms
+            if task.upper_run is not None and piece[0] > task.upper_run.above:  # as the kernel's `starts_above`
+                run, horizon = task.upper_run.run_id, task.upper_run.horizon_ms
+            path = data_file_name(level, FINGERPRINT, run, horizon)
             self.keys[path] = piece
             self.blocks[path] = make_block(path, piece, self.clock, level)
             paths.append(path)

@@ -97,7 +97,7 @@ def test_closed_files_stay_closed_while_appends_are_no_later_than_the_lag() -> N
     for index in range(60):
         table.append(late_batch(rng, index, 2_000, 0.05, 4))
         plan = table.plan(bounds)
-        cuts = [d.watermark for _, d in plan.watermarks if d.cut]
+        cuts = [d.watermark for _, d in plan.watermarks if d.cut and d.reason is Reason.WATERMARK_ABSORB]
         for task in plan.tasks:
             written = table.merge(task)
             closed.update(p for p in written for cut in cuts if table.keys[p].max() < cut)
@@ -108,18 +108,29 @@ def test_closed_files_stay_closed_while_appends_are_no_later_than_the_lag() -> N
     assert table.rewritten / table.appended < 2.5
 
 
-def test_random_keys_and_unbounded_lateness_keep_the_ratio_rule() -> None:
+def test_random_keys_keep_the_ratio_rule_and_unbounded_lateness_gets_a_late_run() -> None:
+    late_reasons = {Reason.LATE_RUN_ABSORB, Reason.LATE_RUN_REWRITE, Reason.LATE_RUN_RENT}
     for kind in ("random", "unbounded"):
         rng = np.random.default_rng(3)
         table = ModelTable(10_000)
         bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=10_000)
-        for index in range(30):
+        reasons = set()
+        for index in range(40):
             keys = rng.integers(0, 1 << 40, 2_000) if kind == "random" else late_batch(rng, index, 2_000, 0.05, None)
             table.append(keys)
+            expected = table.all_keys()
             plan = table.round(bounds)
+            assert np.array_equal(table.all_keys(), expected), "rows lost or duplicated"
             if index >= 10:  # once the table is ten appends wide, late rows from anywhere make it not time-like
-                assert not plan.watermarks, (kind, index, plan)
-                assert all(t.reason is not Reason.WATERMARK_ABSORB for t in plan.tasks)
+                reasons |= {w.reason for _, w in plan.watermarks} | {t.reason for t in plan.tasks}
+                runs = recover_runs(table.clustered)
+                main = runs[0].files
+                assert all(a.max_key < b.min_key for a, b in itertools.pairwise(main)), "the main run overlaps"
+        if kind == "random":
+            assert not reasons & (late_reasons | {Reason.WATERMARK_ABSORB, Reason.WATERMARK_RENT}), reasons
+        else:  # the late run takes the appends; it merges into the main run now and then
+            assert reasons & {Reason.WATERMARK_ABSORB, Reason.WATERMARK_RENT} == set(), reasons
+            assert {Reason.LATE_RUN_ABSORB, Reason.LATE_RUN_REWRITE} <= reasons, reasons
 
 
 # ---- real tables -------------------------------------------------------------------------------------------------

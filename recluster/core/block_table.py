@@ -359,6 +359,10 @@ class BlockTable(Sequence[Block]):
         """Row counts of these files (None: all) as int64."""
         return _numbers_of(self._rows, indices)
 
+    def modified_of(self, indices: IntArray | None = None) -> IntArray:
+        """Modification times (ms) of these files (None: all) as int64."""
+        return _numbers_of(self._modified, indices)
+
     def sizes_of(self, indices: IntArray | None = None) -> IntArray:
         """Sizes in bytes of these files (None: all) as int64."""
         return _numbers_of(self._sizes, indices)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from recluster.core.blocks import LEVEL_CONSTANT, WrittenFile, data_file_name
 from recluster.core.deletion_vectors import DeletionVector, DeletionVectorError, keep_mask
 from recluster.core.keys import DELTA_STRING_STATS_PREFIX
-from recluster.core.selection.plan import MergeTask
+from recluster.core.selection.plan import MergeTask, UpperRun
 from recluster.delta.replay import read_deleted_positions
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.settings import ParquetSettings
@@ -268,6 +268,8 @@ class OutputSpec:
     bytes_per_row: float
     horizon_ms: int | None = None
     split_values: tuple[Any, ...] = ()
+    upper_run: UpperRun | None = None
+    """Pieces whose first key column starts above its value are written into its run (`MergeTask.upper_run`)."""
     parquet: ParquetSettings = field(default_factory=ParquetSettings)
     curve: CurveSpec | None = None
     """A curve key's spec: rows are sorted and files cut on the curve value (None: on the key columns)."""
@@ -287,6 +289,12 @@ def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -
     return positions
 
 
+def starts_above(column: pa.ChunkedArray, value: Any) -> bool:
+    """Whether a sorted (NULLs first) column's first value is above `value`."""
+    first = column[0]
+    return first.is_valid and bool(pc.greater(first, pc.cast(pa.scalar(value), column.type, safe=False)).as_py())
+
+
 def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level: int) -> dict[str, Any]:
     """Write one output file of a sorted piece; its result row (path, rows, bytes, Delta stats, level). Under a
     curve key the piece's curve values are dropped from the data and their range goes into the file's name."""
@@ -295,7 +303,10 @@ def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level:
         extremes = pc.min_max(piece.column(CURVE_FIELD.name))
         curve_range = (int(extremes["min"].as_py()), int(extremes["max"].as_py()))
         piece = piece.drop_columns([CURVE_FIELD.name])
-    name = data_file_name(level, spec.fingerprint, spec.run_id, spec.horizon_ms, curve_range)
+    run_id, horizon_ms = spec.run_id, spec.horizon_ms
+    if spec.upper_run is not None and starts_above(piece.column(spec.key[0]), spec.upper_run.above):
+        run_id, horizon_ms = spec.upper_run.run_id, spec.upper_run.horizon_ms
+    name = data_file_name(level, spec.fingerprint, run_id, horizon_ms, curve_range)
     relative = os.path.join(spec.directory, name)
     location = file_location(spec.table_root, relative)
     if os.path.dirname(location):
@@ -404,6 +415,7 @@ def output_spec(
         bytes_per_row=task.bytes / max(task.rows, 1),
         horizon_ms=task.horizon_ms,
         split_values=task.split_values,
+        upper_run=task.upper_run,
         parquet=parquet or ParquetSettings(),
         curve=curve,
     )

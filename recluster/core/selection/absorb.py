@@ -15,7 +15,15 @@ import numpy as np
 from recluster.core.block_table import NO_HORIZON, BlockTable, BoolArray, IntArray
 from recluster.core.blocks import Block, Partition, age_run_id
 from recluster.core.metrics import ranked_depth_profile, table_mean_depth
-from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, WatermarkDecision, output_level
+from recluster.core.selection.late_run import LateRunChoice, decide_late_run
+from recluster.core.selection.plan import (
+    MergeTask,
+    Reason,
+    SelectionBounds,
+    UpperRun,
+    WatermarkDecision,
+    output_level,
+)
 from recluster.core.selection.runs import Runs, sort_pairs, table_runs
 from recluster.core.selection.watermark import decide_watermark
 
@@ -98,6 +106,8 @@ class Absorb:
     reason: Reason
     split_values: tuple[Any, ...] = ()
     """Values the outputs are cut at besides the absorbing run's untouched files (the watermark)."""
+    upper_run: UpperRun | None = None
+    """Outputs above a value go into another run (an absorb into the late run, see `late_run`)."""
 
     @property
     def files(self) -> list[Block]:
@@ -148,6 +158,16 @@ def decide_absorb(
             return Absorb(
                 table, int(runs.ages[0]), runs.members(0), files[head], newest, decision.reason, split
             ), decision
+        late = decide_late_run(runs, target_rows)
+        if isinstance(late, WatermarkDecision):
+            return None, late
+        if isinstance(late, LateRunChoice):
+            target = runs.members(late.target)
+            upper = late.upper_run
+            split = () if upper is None else (upper.above,)
+            age = int(runs.ages[late.target])
+            into_late = Absorb(table, age, target, late.taken, newest, late.decision.reason, split, upper)
+            return into_late, late.decision
     run_rows = np.add.reduceat(table.rows_of(files), bounds[:-1], dtype=np.int64)
     rows_after = np.cumsum(run_rows[::-1])[::-1]  # from each run on
     for index in range(len(runs) - 1):
@@ -209,15 +229,19 @@ def absorb_tasks(
     lo, hi, _ = table.key_ranks()
     target = absorb.target  # by min key (`table_runs`): files starting above a slice are a suffix
     tasks = []
-    for files in absorb_slices(table, absorb.indices, bounds, budget):
+    slices = absorb_slices(table, absorb.indices, bounds, budget)
+    upper_run, split_values = absorb.upper_run, set(absorb.split_values)
+    if upper_run is not None and (len(slices) > 1 or len(slices[0]) < len(absorb.indices)):
+        # only a whole absorb may write into two runs: a slice resumed from the log writes into one
+        upper_run, split_values = None, set()
+    for files in slices:
         if len(files) == 1 and np.isin(files, target).all():
             continue  # one file of the absorbing run alone: rewriting it would change nothing
         low, high = lo[files].min(), hi[files].max()
         starting_below = target[: int(np.searchsorted(lo[target], high, side="right"))]
         inside = starting_below[~np.isin(starting_below, files) & (hi[starting_below] >= low)]
         splits = sorted(
-            {value for i in inside.tolist() for value in table[i].cut_range if value is not None}
-            | set(absorb.split_values)
+            {value for i in inside.tolist() for value in table[i].cut_range if value is not None} | split_values
         )
         blocks = table.take(files)
         level = max(b.level for b in blocks)
@@ -233,6 +257,7 @@ def absorb_tasks(
                 output_run=age_run_id(absorb.target_age_ms),
                 horizon_ms=absorb.horizon_ms,
                 split_values=tuple(splits),
+                upper_run=upper_run,
             )
         )
     return tasks, decision

@@ -35,6 +35,13 @@ class Reason(StrEnum):
     """absorb on a time-like table: the extra depth paid reached its share of the head's rewrite (rent or buy)."""
     WATERMARK_RENT = "watermark_rent"
     """absorb on a time-like table: the depth paid so far is below that share; the appends wait."""
+    LATE_RUN_ABSORB = "late_run_absorb"
+    """absorb with late rows from anywhere: the appends go into the late run, rows above the main run extend it."""
+    LATE_RUN_REWRITE = "late_run_rewrite"
+    """absorb with late rows from anywhere: the rows written since the late run began reached their share of the
+    table; the late run merges into the main run."""
+    LATE_RUN_RENT = "late_run_rent"
+    """absorb with late rows from anywhere: the waiting appends' depth is below its share; they wait."""
     MINOR = "minor_optimizing"
     MAJOR = "major_optimizing"
     FULL = "full_optimizing"
@@ -60,6 +67,16 @@ class SelectionBounds:
 
 
 @dataclass(frozen=True, slots=True)
+class UpperRun:
+    """Outputs whose first key column starts above `above` belong to this run instead of the task's: an absorb
+    into the late run extends the main run with the rows above its top (see `selection.late_run`)."""
+
+    above: Any
+    run_id: str
+    horizon_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class MergeTask:
     """One bounded merge: these files, sorted together, become files of `output_level`."""
 
@@ -77,6 +94,8 @@ class MergeTask:
     split_values: tuple[Any, ...] = ()
     """First-key-column values the outputs are cut at (below and above each): the bounds of the absorbing
     run's files left untouched inside the merged range, so the run stays one sorted run."""
+    upper_run: UpperRun | None = None
+    """Outputs above a value are written into another run (the value is among `split_values`)."""
 
     @property
     def bytes(self) -> int:
@@ -104,6 +123,8 @@ class MergeTask:
         part = partition_text(self.partition)
         low, high = self.key_range
         run = "" if self.output_run is None else f" run={self.output_run}"
+        if self.upper_run is not None:
+            run += f" above {self.upper_run.above}: run={self.upper_run.run_id}"
         return (
             f"merge L{self.level}->L{self.output_level} partition={part} files={len(self.files)} "
             f"rows={self.rows} bytes={self.bytes} depth={self.depth} range={low}..{high} reason={self.reason}{run}"
