@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.absorb_model import ModelTable, absorb_bounds
-from tests.helpers import row_multiset
+from tests.helpers import main_json, row_multiset
 from tests.test_watermark import WATERMARK_SETTINGS, event_batch, late_batch, no_spark
 
 
@@ -92,10 +93,12 @@ def test_the_decision_is_the_same_from_the_log_alone() -> None:
     assert {Reason.LATE_RUN_ABSORB, Reason.LATE_RUN_REWRITE} <= seen, seen
 
 
-def test_late_rows_from_anywhere_on_a_real_table_keep_every_row_in_two_sorted_runs(tmp_path: Path) -> None:
+def test_late_rows_from_anywhere_on_a_real_table_keep_every_row_in_two_sorted_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A timestamp key, 5% of the rows late by any amount: the merges write the main run's new files and the late
     run's in one task (the kernel names each output by where it starts: the main run's above the value, the late
-    run's up to it), every row is kept and both runs read back from the log sorted."""
+    run's up to it), every row is kept, both runs read back from the log sorted, and `info` shows the decision."""
     path = tmp_path / "events"
     rng = np.random.default_rng(30)
     appended = []
@@ -122,4 +125,30 @@ def test_late_rows_from_anywhere_on_a_real_table_keep_every_row_in_two_sorted_ru
             split += bool(late)
         assert_runs_sorted([b for b in blocks if b.clustered])
     assert split >= 3, "no absorb wrote into both runs"
+    appended.append(event_batch(rng, 30, 400, lateness=None))
+    write_deltalake(str(path), appended[-1], mode="append")
+    config = tmp_path / "config.yaml"
+    config.write_text("clustering: {target_rows: 1500}\nselection: {policy: absorb}\n")
+    (time_like,) = main_json(capsys, "info", str(path), "--config", str(config))["time_like"]
+    assert time_like["reason"] in ("late_run_rent", "late_run_absorb", "late_run_rewrite"), time_like
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
+
+
+def test_daily_partitions_with_late_rows_from_anywhere_keep_every_row(tmp_path: Path) -> None:
+    """Partitioned by day, 5% of the rows late by any amount (into past days' partitions): every row is kept and
+    every run absorb wrote reads back sorted."""
+    path = tmp_path / "daily"
+    rng = np.random.default_rng(31)
+    appended = []
+    for index in range(40):
+        appended.append(event_batch(rng, index, 300, lateness=None))
+        write_deltalake(str(path), appended[-1], mode="append", partition_by=["day"])
+        if index == 0:
+            set_table_properties(path, {CLUSTER_BY_PROPERTY: "ts"})
+        loader = snapshot_loader(str(path), WATERMARK_SETTINGS, None)
+        result = recluster_table(str(path), loader, settings=WATERMARK_SETTINGS, spark_factory=no_spark)
+        assert result.totals.failures == 0, result.to_dict()
+    blocks = [b for b in loader().blocks if b.clustered]
+    for day in {b.partition for b in blocks}:
+        assert_runs_sorted([b for b in blocks if b.partition == day])
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))

@@ -263,6 +263,16 @@ def test_watermark_cuts_work_for_every_subtractable_key_type(kind: str, tmp_path
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
 
 
+def kept_table(rng: np.random.Generator, appends: int, lateness: int) -> ModelTable:
+    """A model table of `appends` appends of 2,000 rows (5% late by up to `lateness`), a round after each."""
+    table = ModelTable(10_000)
+    bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=10_000)
+    for index in range(appends):
+        table.append(late_batch(rng, index, 2_000, 0.05, lateness))
+        table.round(bounds)
+    return table
+
+
 def test_a_backlog_of_appends_is_absorbed_without_pricing_each_one() -> None:
     """After a long stop (more than MAX_COUNTED_APPENDS appends waiting) the head is absorbed at once; the
     decision of a normal wait prices every append (its accumulator is the depth sum the model recomputes)."""
@@ -271,11 +281,7 @@ def test_a_backlog_of_appends_is_absorbed_without_pricing_each_one() -> None:
     from recluster.core.selection.watermark import MAX_COUNTED_APPENDS
 
     rng = np.random.default_rng(5)
-    table = ModelTable(10_000)
-    bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=10_000)
-    for index in range(12):
-        table.append(late_batch(rng, index, 2_000, 0.05, 2))
-        table.round(bounds)
+    table = kept_table(rng, 12, lateness=2)
     runs = recover_runs(table.clustered)
     main = runs[0].files
     appends = []
@@ -299,11 +305,7 @@ def test_the_same_head_is_priced_lower_in_a_bigger_table() -> None:
     from recluster.core.selection.watermark import DILUTION
 
     rng = np.random.default_rng(8)
-    table = ModelTable(10_000)
-    bounds = dataclasses.replace(absorb_bounds(0.35), target_rows=10_000)
-    for index in range(80):
-        table.append(late_batch(rng, index, 2_000, 0.05, 4))
-        table.round(bounds)
+    table = kept_table(rng, 80, lateness=4)
     for index in range(80, 83):  # a head of three waiting appends
         table.append(late_batch(rng, index, 2_000, 0.05, 4))
     runs = recover_runs(table.clustered)
