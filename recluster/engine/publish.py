@@ -52,10 +52,18 @@ class TimeLikeRecord(_Record):
 
     partition: str = Field(description="the partition (k=v,...; - for an unpartitioned table)")
     lag: str = Field(description="the largest lateness the waiting appends show, in the key's units")
-    watermark: str = Field(description="largest key - lag: rows below it are written into closed files")
-    accumulator: float = Field(description="extra depth paid since the last absorb (sum of average depth - 1)")
+    watermark: str = Field(
+        description="largest key - lag: rows below it are written into closed files (late_run_*: the main run's top)"
+    )
+    accumulator: float = Field(
+        description="extra depth paid since the last absorb (sum of average depth - 1; late_run_*: append-depths, or "
+        "the late run's rent for late_run_rewrite)"
+    )
     threshold: float = Field(description="the accumulator absorbs the head at this value (rent or buy)")
-    reason: str = Field(description="watermark_absorb (absorbing now) or watermark_rent (the appends wait)")
+    reason: str = Field(
+        description="watermark_absorb (absorbing now) or watermark_rent (the appends wait); with late rows from "
+        "anywhere late_run_absorb, late_run_rent, or late_run_rewrite (the late run merges into the main run)"
+    )
     cut: bool = Field(description="whether outputs are cut at the watermark (it closes at least half a file)")
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recluster.core.block_table import NO_HORIZON, IntArray
+from recluster.core.block_table import NO_HORIZON, FloatArray, IntArray
 from recluster.core.blocks import age_run_id
 from recluster.core.selection.plan import Reason, UpperRun, WatermarkDecision
 from recluster.core.selection.runs import Runs
@@ -123,7 +123,7 @@ def head_files(main_rows: IntArray, target_rows: int | None) -> int:
     return len(main_rows) - (int(full[-1]) + 1 if len(full) else 0)
 
 
-def fresh(top: float, lows: np.ndarray, highs: np.ndarray, rows: np.ndarray, starts: IntArray) -> bool:
+def fresh(top: float, lows: FloatArray, highs: FloatArray, rows: FloatArray, starts: IntArray) -> bool:
     """Whether the waiting appends (runs beginning at `starts`, the last entry the end) move the largest key
     forward by at least FRESH_SHARE of what their rows span at the density of everything before each."""
     low = float(lows[: int(starts[0])].min())
