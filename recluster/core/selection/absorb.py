@@ -25,7 +25,7 @@ from recluster.core.selection.plan import (
     output_level,
 )
 from recluster.core.selection.runs import Runs, sort_pairs, table_runs
-from recluster.core.selection.watermark import decide_watermark
+from recluster.core.selection.watermark import decide_watermark, first_key_positions
 
 BETA_SCALE_LIMIT = 8.0
 """The depth-target controller scales beta by at most this factor either way."""
@@ -148,8 +148,9 @@ def decide_absorb(
         horizon = int(runs.horizons[index])
         return Absorb(table, int(runs.ages[index]), target, picked, horizon, Reason.ABSORB_RESUME), None
     if len(runs) > 1:
+        positions = first_key_positions(runs)
         head = touched(0, slice(int(bounds[1]), len(files)))
-        decision = decide_watermark(runs, files[head], target_rows)
+        decision = None if positions is None else decide_watermark(runs, files[head], target_rows, positions)
         if decision is not None:
             if decision.reason is not Reason.WATERMARK_ABSORB:
                 return None, decision
@@ -158,7 +159,7 @@ def decide_absorb(
             return Absorb(
                 table, int(runs.ages[0]), runs.members(0), files[head], newest, decision.reason, split
             ), decision
-        late = decide_late_run(runs, target_rows)
+        late = None if positions is None else decide_late_run(runs, target_rows, positions)
         if isinstance(late, WatermarkDecision):
             return None, late
         if isinstance(late, LateRunChoice):

@@ -28,7 +28,7 @@ from recluster.core.block_table import NO_HORIZON, FloatArray, IntArray
 from recluster.core.blocks import age_run_id
 from recluster.core.selection.plan import Reason, UpperRun, WatermarkDecision
 from recluster.core.selection.runs import Runs
-from recluster.core.selection.watermark import DILUTION, learned_lag, value_at
+from recluster.core.selection.watermark import DILUTION, lag_value, learned_lag, run_spans
 
 APPEND_RENT_SHARE = 0.6
 """Waiting appends are absorbed once their depth cost reaches this share of the absorb's rewrite (in appends),
@@ -63,17 +63,15 @@ class LateRunChoice:
     decision: WatermarkDecision
 
 
-def decide_late_run(runs: Runs, target_rows: int | None) -> LateRunChoice | WatermarkDecision | None:
+def decide_late_run(
+    runs: Runs, target_rows: int | None, positions: tuple[FloatArray, FloatArray]
+) -> LateRunChoice | WatermarkDecision | None:
     """The late-run decision for a table with late rows from anywhere (None: the table does not qualify, or no
-    append waits; a decision alone: the appends wait)."""
+    append waits; a decision alone: the appends wait). `positions`: the files' `watermark.first_key_positions`."""
     table, files, bounds = runs.table, runs.files, runs.bounds
     if len(runs) < 2 or runs.horizons[0] == NO_HORIZON:
         return None
-    if table.curve_ranges and any(int(i) in table.curve_ranges for i in files):
-        return None
-    lows, highs = table.first_positions(files)
-    if np.isnan(lows).any() or np.isnan(highs).any():
-        return None
+    lows, highs = positions
     first_waiting = 2 if runs.horizons[1] != NO_HORIZON else 1  # run 1 written by absorb: the late run
     if first_waiting == len(runs):
         return None  # no appends wait: nothing shows the table's shape
@@ -86,11 +84,8 @@ def decide_late_run(runs: Runs, target_rows: int | None) -> LateRunChoice | Wate
     top = float(highs[:older].max())
     if not fresh(top, lows, highs, rows, bounds[first_waiting:]):
         return None
-    run_lows = np.minimum.reduceat(lows, bounds[first_waiting:-1]).tolist()
-    run_highs = np.maximum.reduceat(highs, bounds[first_waiting:-1]).tolist()
-    lag, _ = learned_lag((float(lows[:older].min()), top), list(zip(run_lows, run_highs, strict=True)))
-    like = table.first_value(int(files[int(np.argmax(highs))]), True)
-    lag_value = value_at(top, like) - value_at(top - lag, like) if not isinstance(like, float) else lag
+    lag, _ = learned_lag((float(lows[:older].min()), top), run_spans(lows, highs, bounds[first_waiting:]))
+    lag_in_key = lag_value(top, lag, table.first_value(int(files[int(np.argmax(highs))]), True))
     main = runs.members(0)
     main_rows = table.rows_of(main)
     head = head_files(main_rows, target_rows)
@@ -101,15 +96,15 @@ def decide_late_run(runs: Runs, target_rows: int | None) -> LateRunChoice | Wate
     since = float(rows[int(bounds[1]) :].sum()) + float(main_rows[table.modified_of(main) >= runs.ages[1]].sum())
     paid, everything = since / max(per_append, 1.0) * (per_append + late_rows / 2), float(rows.sum())
     if paid >= REWRITE_RENT * everything:
-        decision = WatermarkDecision(lag_value, above, paid, everything, Reason.LATE_RUN_REWRITE, False)
+        decision = WatermarkDecision(lag_in_key, above, paid, everything, Reason.LATE_RUN_REWRITE, False)
         return LateRunChoice(0, files, None, decision)
     taken = np.concatenate([main[len(main) - head :], files[int(bounds[1]) :]])
     cost = float(table.rows_of(taken).sum()) / max(per_append, 1.0)
     threshold = APPEND_RENT_SHARE * cost * (len(taken) / len(files)) ** DILUTION
     accumulator = count * (count + 1) / 2  # each waiting append adds about one to every file's depth
     if accumulator < threshold:
-        return WatermarkDecision(lag_value, above, accumulator, threshold, Reason.LATE_RUN_RENT, True)
-    decision = WatermarkDecision(lag_value, above, accumulator, threshold, Reason.LATE_RUN_ABSORB, True)
+        return WatermarkDecision(lag_in_key, above, accumulator, threshold, Reason.LATE_RUN_RENT, True)
+    decision = WatermarkDecision(lag_in_key, above, accumulator, threshold, Reason.LATE_RUN_ABSORB, True)
     upper = None if above is None else UpperRun(above, age_run_id(int(runs.ages[0])), int(runs.horizons[0]))
     return LateRunChoice(1, taken, upper, decision)
 

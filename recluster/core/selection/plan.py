@@ -38,8 +38,8 @@ class Reason(StrEnum):
     LATE_RUN_ABSORB = "late_run_absorb"
     """absorb with late rows from anywhere: the appends go into the late run, rows above the main run extend it."""
     LATE_RUN_REWRITE = "late_run_rewrite"
-    """absorb with late rows from anywhere: the rows written since the late run began reached their share of the
-    table; the late run merges into the main run."""
+    """absorb with late rows from anywhere: the late run's rent since it began (its depth and its rewrites) reached
+    a rewrite of everything; the late run merges into the main run."""
     LATE_RUN_RENT = "late_run_rent"
     """absorb with late rows from anywhere: the waiting appends' depth is below its share; they wait."""
     MINOR = "minor_optimizing"

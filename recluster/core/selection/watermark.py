@@ -108,22 +108,45 @@ def rows_below(lows: FloatArray, highs: FloatArray, rows: FloatArray, cut: float
     return float((rows * np.where(width > 0, spread, lows < cut)).sum())
 
 
-def decide_watermark(runs: Runs, overlapped: IntArray, target_rows: int | None) -> WatermarkDecision | None:
+def first_key_positions(runs: Runs) -> tuple[FloatArray, FloatArray] | None:
+    """The first key column's minimum and maximum of every file of `runs` (in `runs.files` order) as numbers on its
+    axis, or None when the time-like decisions cannot read them: a curve key (it orders by the curve value, not by
+    its first column), or a file without such a number. Computed once per decision, shared by `decide_watermark`
+    and `late_run.decide_late_run`."""
+    table = runs.table
+    if table.curve_ranges and any(int(i) in table.curve_ranges for i in runs.files):
+        return None
+    lows, highs = table.first_positions(runs.files)
+    if np.isnan(lows).any() or np.isnan(highs).any():
+        return None
+    return lows, highs
+
+
+def run_spans(lows: FloatArray, highs: FloatArray, starts: IntArray) -> list[Span]:
+    """The first-key span of each run beginning at `starts` (the positions in `runs.files`), the last entry the end."""
+    run_lows = np.minimum.reduceat(lows, starts[:-1]).tolist()
+    run_highs = np.maximum.reduceat(highs, starts[:-1]).tolist()
+    return list(zip(run_lows, run_highs, strict=True))
+
+
+def lag_value(top: float, lag: float, like: Any) -> Any:
+    """A lag on the first key's axis as a difference of values of the column's type (`like`: one of them)."""
+    return value_at(top, like) - value_at(top - lag, like) if not isinstance(like, float) else lag
+
+
+def decide_watermark(
+    runs: Runs, overlapped: IntArray, target_rows: int | None, positions: tuple[FloatArray, FloatArray]
+) -> WatermarkDecision | None:
     """The time-like decision for the oldest run and the appends waiting after it, or None when the table is not
-    time-like. `overlapped`: the oldest run's files the appends overlap (rewritten with them)."""
+    time-like. `overlapped`: the oldest run's files the appends overlap (rewritten with them); `positions`: the
+    files' `first_key_positions`."""
     table, everything = runs.table, runs.files
     main = runs.members(0)
     waiting = everything[len(main) :]
     if not len(main) or not len(waiting):
         return None
-    if table.curve_ranges and any(int(i) in table.curve_ranges for i in everything):
-        return None  # a curve key orders by the curve value, not by its first column
-    lows, highs = table.first_positions(everything)
-    if np.isnan(lows).any() or np.isnan(highs).any():
-        return None
-    run_lows = np.minimum.reduceat(lows, runs.bounds[:-1]).tolist()
-    run_highs = np.maximum.reduceat(highs, runs.bounds[:-1]).tolist()
-    spans = list(zip(run_lows, run_highs, strict=True))
+    lows, highs = positions
+    spans = run_spans(lows, highs, runs.bounds)
     low, high = float(lows.min()), float(highs.max())
     if high <= low:
         return None
@@ -143,8 +166,7 @@ def decide_watermark(runs: Runs, overlapped: IntArray, target_rows: int | None) 
     cut = target_rows is not None and closing >= MIN_CLOSED_SHARE * target_rows
     accumulator = accumulated_depth(runs, threshold)
     reason = Reason.WATERMARK_ABSORB if accumulator >= threshold else Reason.WATERMARK_RENT
-    lag_value = value_at(high, like) - value_at(high - lag, like) if not isinstance(like, float) else lag
-    return WatermarkDecision(lag_value, value_at(watermark, like), accumulator, threshold, reason, cut)
+    return WatermarkDecision(lag_value(high, lag, like), value_at(watermark, like), accumulator, threshold, reason, cut)
 
 
 def accumulated_depth(runs: Runs, threshold: float) -> float:
