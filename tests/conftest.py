@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.kafka_broker import Broker
+from tests.referee import Referee, referee_missing
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -22,6 +23,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """One broker for the session (tests/test_kafka.py, tests/reliability)."""
     server = Broker(tmp_path_factory.mktemp("kafka") / "tansu.log")
     server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
+    """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py)."""
+    missing = referee_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: {missing}")
+        pytest.skip(missing)
+    server = Referee(tmp_path_factory.mktemp("referee"))
     yield server
     server.stop()
 

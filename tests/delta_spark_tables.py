@@ -1,0 +1,123 @@
+"""Tables as Delta Spark 4.4 writes them, one per table feature, made by the referee (tests/referee) with SQL only.
+
+Every table has the change data feed on (so `table_changes` can show what our commits changed: nothing) and holds
+about 10,000 rows in a few dozen files with random keys `a`, `b` (0..99,999), a string and a timestamp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.referee import Referee
+
+ROWS_PER_INSERT = 2_500
+INSERTS = 4
+KEY_DOMAIN = 100_000
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a feature's table is made: CREATE TABLE's extra clauses, statements between and after the inserts."""
+
+    name: str
+    properties: dict[str, str] = field(default_factory=dict)
+    extra_columns: str = ""
+    clauses: str = ""
+    between: tuple[str, ...] = ()
+    """Run after the second insert (later inserts name the columns as they are then)."""
+    after: tuple[str, ...] = ()
+    key: tuple[str, ...] | None = ("a",)
+    """What recluster is told to cluster by (None: the table's own clustering columns)."""
+    label: str = "s"
+    """The string column's name after `between` (a rename changes it)."""
+    value_type: str = "BIGINT"
+    """The type of `a` at CREATE (type widening starts narrower)."""
+
+
+DML = (
+    "DELETE FROM {t} WHERE a % 10 = 0",
+    "UPDATE {t} SET {label} = concat({label}, '-u') WHERE a % 10 = 1",
+    "MERGE INTO {t} AS target USING (SELECT id * 31 % 100000 AS a, id AS b FROM range(0, 2000)) AS source "
+    "ON target.a = source.a WHEN MATCHED AND target.a % 10 = 2 THEN UPDATE SET {label} = 'merged' "
+    "WHEN NOT MATCHED AND source.b % 20 = 0 THEN INSERT (a, b, {label}, ts) "
+    "VALUES (source.a, source.b, 'new', timestamp_seconds(1700000000))",
+)
+
+
+RECIPES = {
+    recipe.name: recipe
+    for recipe in (
+        Recipe("deletion-vectors", {"delta.enableDeletionVectors": "true"}, after=DML),
+        Recipe("change-data-feed", after=DML[1:2]),
+        Recipe("in-commit-timestamps", {"delta.enableInCommitTimestamps": "true"}),
+        Recipe(
+            "v2-checkpoints",
+            {"delta.checkpointPolicy": "v2", "delta.checkpointInterval": "2", "delta.enableDeletionVectors": "true"},
+            after=DML[:1],
+        ),
+        Recipe(
+            "identity-and-generated-columns",
+            extra_columns=", id BIGINT GENERATED ALWAYS AS IDENTITY, day DATE GENERATED ALWAYS AS (CAST(ts AS DATE))",
+        ),
+        Recipe("check-constraints", between=("ALTER TABLE {t} ADD CONSTRAINT a_in_domain CHECK (a >= 0)",)),
+        Recipe(
+            "generated-partition-column",
+            extra_columns=", day DATE GENERATED ALWAYS AS (CAST(ts AS DATE))",
+            clauses="PARTITIONED BY (day)",
+        ),
+        Recipe(
+            "column-mapping-name",
+            {"delta.columnMapping.mode": "name", "delta.enableDeletionVectors": "true"},
+            extra_columns=", dropped STRING",
+            between=("ALTER TABLE {t} RENAME COLUMN s TO label", "ALTER TABLE {t} DROP COLUMN dropped"),
+            after=DML[:1],
+            label="label",
+        ),
+        Recipe(
+            "column-mapping-id",
+            {"delta.columnMapping.mode": "id"},
+            extra_columns=", dropped STRING",
+            between=("ALTER TABLE {t} RENAME COLUMN s TO label", "ALTER TABLE {t} DROP COLUMN dropped"),
+            label="label",
+        ),
+        Recipe("liquid-clustering", clauses="CLUSTER BY (a, b)", key=None),
+        Recipe("row-tracking", {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": "true"}, after=DML),
+        Recipe(
+            "type-widening",
+            {"delta.enableTypeWidening": "true"},
+            between=("ALTER TABLE {t} ALTER COLUMN a TYPE BIGINT",),
+            value_type="INT",
+        ),
+    )
+}
+
+
+def insert(recipe: Recipe, target: str, batch: int, label: str) -> str:
+    low, high = batch * ROWS_PER_INSERT, (batch + 1) * ROWS_PER_INSERT
+    return (
+        f"INSERT INTO {target} (a, b, {label}, ts) SELECT CAST(id * 7919 % {KEY_DOMAIN} AS {recipe.value_type}), "
+        f"id * 104729 % {KEY_DOMAIN}, concat('s', id), timestamp_seconds(1700000000 + id * 60) "
+        f"FROM range({low}, {high}, 1, 2)"
+    )
+
+
+def write_table(referee: Referee, location: Path, recipe: Recipe) -> str:
+    """Make the recipe's table at `location` with Delta Spark; returns its SQL name."""
+    target = f"delta.`{location}`"
+    properties = {"delta.enableChangeDataFeed": "true", **recipe.properties}
+    listed = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    referee.sql(
+        f"CREATE TABLE {target} (a {recipe.value_type}, b BIGINT, s STRING, ts TIMESTAMP{recipe.extra_columns}) "
+        f"USING delta {recipe.clauses} TBLPROPERTIES ({listed})"
+    )
+    label = "s"
+    for batch in range(INSERTS):
+        if batch == INSERTS // 2:
+            for statement in recipe.between:
+                referee.sql(statement.format(t=target))
+            label = recipe.label
+        referee.sql(insert(recipe, target, batch, label))
+    for statement in recipe.after:
+        referee.sql(statement.format(t=target, label=label))
+    return target

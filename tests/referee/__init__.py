@@ -1,0 +1,117 @@
+"""Delta Spark as the referee (DESIGN §10): a client for tests/referee/server.py, which runs Delta Spark in its
+own venv and JVM (`./dev referee` installs pyspark 4.2 there and Delta's jars from Maven Central with the pom
+beside this file). The product never needs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(os.environ.get("RECLUSTER_VENV", ROOT / ".venv"))
+REFEREE_PYTHON = Path(os.environ.get("RECLUSTER_REFEREE_PYTHON", VENV / "referee" / "bin" / "python"))
+REFEREE_JARS = Path(os.environ.get("RECLUSTER_REFEREE_JARS", VENV / "referee" / "jars"))
+
+
+class RefereeError(RuntimeError):
+    """Delta Spark refused a request: the message is its exception."""
+
+
+def referee_missing() -> str | None:
+    """Why the reference environment cannot start, or None."""
+    if not REFEREE_PYTHON.exists():
+        return f"no Delta Spark reference environment at {REFEREE_PYTHON} (run ./dev referee)"
+    if not any(REFEREE_JARS.glob("delta-spark_*.jar")):
+        return f"no Delta Spark jars in {REFEREE_JARS} (run ./dev referee)"
+    return None
+
+
+class Referee:
+    """One Delta Spark session for a whole pytest run; requests are serialized."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self._lock = threading.Lock()
+        self._count = 0
+        environment = {
+            k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_HOME", "PYTHONPATH"))
+        }
+        environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")
+        self._log = open(work / "referee.log", "wb")  # noqa: SIM115 (closed in stop)
+        self._process = subprocess.Popen(
+            [str(REFEREE_PYTHON), str(Path(__file__).with_name("server.py")), str(REFEREE_JARS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            cwd=work,
+            env=environment,
+        )
+        ready = self._answer()
+        self.version = ready["ready"]
+
+    def _answer(self) -> dict[str, Any]:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            tail = (self.work / "referee.log").read_text(errors="replace")[-3000:]
+            raise RefereeError(f"the Delta Spark referee exited:\n{tail}")
+        answer: dict[str, Any] = json.loads(line)
+        if not answer["ok"]:
+            raise RefereeError(answer["error"])
+        return answer
+
+    def request(self, **request: Any) -> dict[str, Any]:
+        with self._lock:
+            assert self._process.stdin is not None
+            self._process.stdin.write(json.dumps(request).encode() + b"\n")
+            self._process.stdin.flush()
+            return self._answer()
+
+    def sql(self, statement: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.request(op="sql", sql=statement)["rows"]
+        return rows
+
+    def _out(self, stem: str) -> Path:
+        self._count += 1
+        return self.work / f"{stem}-{self._count}.parquet"
+
+    def read(self, table: str | Path, **options: str) -> pa.Table:
+        """The table's rows as Delta Spark reads them (deletion vectors, column mapping, type widening applied)."""
+        out = self._out("read")
+        self.request(op="read", table=str(table), out=str(out), options=options)
+        return pq.read_table(out)
+
+    def scan(self, statement: str) -> tuple[list[dict[str, Any]], int]:
+        """A query's rows and the number of files its scans read after data skipping."""
+        answer = self.request(op="scan", sql=statement)
+        return answer["rows"], int(answer["files"])
+
+    def stream(self, table: str | Path, checkpoint: Path, sink: Path, **options: str) -> pa.Table:
+        """A Delta streaming read of everything available since the checkpoint, appended to `sink`; all the sink holds."""
+        self.request(op="stream", table=str(table), checkpoint=str(checkpoint), out=str(sink), options=options)
+        files = sorted(sink.glob("*.parquet"))
+        return pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table({})
+
+    def history(self, table: str | Path) -> list[dict[str, Any]]:
+        return self.sql(f"DESCRIBE HISTORY delta.`{table}`")
+
+    def stop(self) -> None:
+        try:
+            assert self._process.stdin is not None
+            self._process.stdin.write(b'{"op": "stop"}\n')
+            self._process.stdin.close()
+            self._process.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self._process.kill()
+            self._process.wait()
+        self._log.close()
+
+
+__all__ = ["REFEREE_JARS", "REFEREE_PYTHON", "Referee", "RefereeError", "referee_missing"]

@@ -1,0 +1,125 @@
+"""The Delta Spark referee: one local Spark session with Delta Spark's jars, in its own venv and process
+(`./dev referee` makes both), serving requests from the tests as JSON lines on stdin/stdout.
+
+It imports nothing of recluster's: it is the protocol's reference implementation reading and writing the tables
+recluster rewrites. Requests: {"op": "sql", "sql": ...}; {"op": "read", "table": ..., "out": ...} (the table's rows
+to a Parquet file); {"op": "stream", "table": ..., "checkpoint": ..., "out": ...} (a Delta streaming read, all
+available data, appended to a Parquet sink); {"op": "scan", "sql": ...} (the query's rows and the files its scans
+read after data skipping). Each answer is one line: {"ok": true, ...} or {"ok": false, "error": ...}.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def session(jars_dir: str) -> SparkSession:
+    jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
+    if not jars:
+        raise SystemExit(f"no Delta Spark jars in {jars_dir} (run ./dev referee)")
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("delta-spark-referee")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.adaptive.enabled", "false")  # the scan's metrics stay on the plan that ran
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("REFEREE_WORK", "/tmp"), "warehouse"))
+        .getOrCreate()
+    )
+
+
+def plain(value: Any) -> Any:
+    """A JSON-safe form of a Spark value (rows as dicts, dates and decimals as strings)."""
+    if hasattr(value, "asDict"):
+        return {k: plain(v) for k, v in value.asDict(recursive=False).items()}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def files_scanned(data_frame: Any) -> int:
+    """Files the query's file scans read after partition pruning and data skipping (their numFiles metric)."""
+    plan = data_frame._jdf.queryExecution().executedPlan()
+    leaves = plan.collectLeaves()
+    total = 0
+    for index in range(leaves.size()):
+        leaf = leaves.apply(index)
+        metrics = leaf.metrics()
+        if metrics.contains("numFiles"):
+            total += int(metrics.apply("numFiles").value())
+    return total
+
+
+def write_arrow(data_frame: Any, out: str) -> int:
+    import pyarrow.parquet as pq
+
+    table = data_frame.toArrow()
+    pq.write_table(table, out)
+    return int(table.num_rows)
+
+
+def serve(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    op = request["op"]
+    if op == "sql":
+        frame = spark.sql(request["sql"])
+        return {"rows": [plain(row) for row in frame.collect()]}
+    if op == "read":
+        frame = spark.read.format("delta").options(**request.get("options", {})).load(request["table"])
+        return {"count": write_arrow(frame, request["out"])}
+    if op == "scan":
+        frame = spark.sql(request["sql"])
+        rows = frame.collect()
+        return {"rows": [plain(row) for row in rows], "files": files_scanned(frame)}
+    if op == "stream":
+        reader = spark.readStream.format("delta").options(**request.get("options", {})).load(request["table"])
+        query = (
+            reader.writeStream.format("parquet")
+            .option("checkpointLocation", request["checkpoint"])
+            .trigger(availableNow=True)
+            .start(request["out"])
+        )
+        query.awaitTermination()
+        progress = query.recentProgress
+        return {"batches": len(progress), "rows": sum(int(p["numInputRows"]) for p in progress)}
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main() -> None:
+    spark = session(sys.argv[1])
+    spark.sparkContext.setLogLevel("ERROR")
+    out = sys.stdout
+    sys.stdout = sys.stderr  # only answers on the real stdout
+    print(json.dumps({"ok": True, "ready": spark.version}), file=out, flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        if request.get("op") == "stop":
+            break
+        try:
+            answer = {"ok": True, **serve(spark, request)}
+        except Exception as error:
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}"[:4000], "trace": traceback.format_exc()}
+        print(json.dumps(answer), file=out, flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
