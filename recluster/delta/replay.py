@@ -166,7 +166,13 @@ def replay_log(
             else:
                 vectors.pop(add["path"], None)
         elif with_files and "remove" in action:
-            vectors.pop(action["remove"]["path"], None)
+            # A file is its path AND its vector: Delta Spark's DELETE/UPDATE/MERGE log the file with its new
+            # vector and remove it with its old one in the same commit, in either order.
+            remove = action["remove"]
+            live = vectors.get(remove["path"])
+            gone = remove.get("deletionVector")
+            if live is not None and gone and DeletionVector.from_log(gone).unique_id == live.unique_id:
+                del vectors[remove["path"]]
 
     try:
         if checkpoint is not None:

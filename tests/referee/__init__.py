@@ -88,6 +88,12 @@ class Referee:
         self.request(op="read", table=str(table), out=str(out), options=options)
         return pq.read_table(out)
 
+    def query(self, statement: str) -> pa.Table:
+        """A query's rows."""
+        out = self._out("query")
+        self.request(op="read", sql=statement, out=str(out))
+        return pq.read_table(out)
+
     def scan(self, statement: str) -> tuple[list[dict[str, Any]], int]:
         """A query's rows and the number of files its scans read after data skipping."""
         answer = self.request(op="scan", sql=statement)

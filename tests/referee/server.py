@@ -2,8 +2,8 @@
 (`./dev referee` makes both), serving requests from the tests as JSON lines on stdin/stdout.
 
 It imports nothing of recluster's: it is the protocol's reference implementation reading and writing the tables
-recluster rewrites. Requests: {"op": "sql", "sql": ...}; {"op": "read", "table": ..., "out": ...} (the table's rows
-to a Parquet file); {"op": "stream", "table": ..., "checkpoint": ..., "out": ...} (a Delta streaming read, all
+recluster rewrites. Requests: {"op": "sql", "sql": ...}; {"op": "read", "table" or "sql": ..., "out": ...} (a table's
+or a query's rows to a Parquet file); {"op": "stream", "table": ..., "checkpoint": ..., "out": ...} (a Delta streaming read, all
 available data, appended to a Parquet sink); {"op": "scan", "sql": ...} (the query's rows and the files its scans
 read after data skipping). Each answer is one line: {"ok": true, ...} or {"ok": false, "error": ...}.
 """
@@ -81,7 +81,10 @@ def serve(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         frame = spark.sql(request["sql"])
         return {"rows": [plain(row) for row in frame.collect()]}
     if op == "read":
-        frame = spark.read.format("delta").options(**request.get("options", {})).load(request["table"])
+        if "sql" in request:
+            frame = spark.sql(request["sql"])
+        else:
+            frame = spark.read.format("delta").options(**request.get("options", {})).load(request["table"])
         return {"count": write_arrow(frame, request["out"])}
     if op == "scan":
         frame = spark.sql(request["sql"])

@@ -1,0 +1,166 @@
+"""Delta Spark 4.4 as the referee (issue 31): tables Delta Spark writes, one per table feature, go through an
+incremental round, a minor and a major optimize and FINAL; then Delta Spark itself reads identical rows (row ids
+and row commit versions too), prunes files on the key, shows our commits as OPTIMIZE rewrites with nothing in the
+change feed, streams across them without a duplicate, and writes after them (INSERT, DELETE, MERGE, OPTIMIZE,
+RESTORE, VACUUM) exactly as on a copy that never saw recluster. The protocol is unchanged by our commits.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from recluster.core.optimizing import ProcessType
+from recluster.engine.optimizer import optimize_table
+from recluster.engine.rounds import recluster_table, snapshot_loader
+from recluster.settings import ClusteringSettings, Settings
+from tests.delta_spark_tables import KEY_DOMAIN, RECIPES, Recipe, write_table
+from tests.referee import Referee
+from tests.table_shapes import rows_digest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SETTINGS = Settings(clustering=ClusteringSettings(target_rows=500))
+"""About 20 output files from the 10,000 rows: enough files for a predicate to prune."""
+
+
+@pytest.fixture(scope="module")
+def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Every recipe's table, made once by Delta Spark; tests work on copies."""
+    root = tmp_path_factory.mktemp("delta-spark-tables")
+    referee.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    made = {}
+    for name, recipe in RECIPES.items():
+        write_table(referee, root / name, recipe)
+        made[name] = root / name
+    yield made
+
+
+def copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def protocol(path: Path) -> tuple[Any, ...]:
+    table = DeltaTable(str(path))
+    found = table.protocol()
+    return (
+        found.min_reader_version,
+        found.min_writer_version,
+        sorted(found.reader_features or []),
+        sorted(found.writer_features or []),
+    )
+
+
+def rows(referee: Referee, path: Path, recipe: Recipe, version: int | None = None) -> tuple[int, str]:
+    """The multiset of rows Delta Spark reads; with row tracking each row's id and commit version too."""
+    source = f"delta.`{path}`" + ("" if version is None else f" VERSION AS OF {version}")
+    tracked = recipe.properties.get("delta.enableRowTracking") == "true"
+    extra = ", _metadata.row_id AS row_id, _metadata.row_commit_version AS row_commit_version" if tracked else ""
+    return rows_digest(referee.query(f"SELECT *{extra} FROM {source}"))
+
+
+def our_versions(path: Path, after: int) -> list[int]:
+    """The versions after `after` that recluster committed, each checked to rewrite only (dataChange=false)."""
+    versions = []
+    for log_file in sorted((path / "_delta_log").glob("*.json")):
+        if not log_file.stem.isdigit() or int(log_file.stem) <= after:
+            continue
+        actions = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        if info.get("recluster.producer") != "recluster":
+            continue
+        for action in actions:
+            for kind in ("add", "remove"):
+                if kind in action:
+                    assert action[kind]["dataChange"] is False, action
+        versions.append(int(log_file.stem))
+    return versions
+
+
+def rewrite_every_way(path: Path, spark: Any, recipe: Recipe) -> None:
+    """An incremental round, a minor and a major optimize, then FINAL: all with recluster's defaults."""
+    key = list(recipe.key) if recipe.key else None
+    loader = snapshot_loader(str(path), SETTINGS, key)
+    for kind in (None, ProcessType.MINOR, ProcessType.MAJOR, "final"):
+        if kind is None or kind == "final":
+            result = recluster_table(
+                str(path), loader, settings=SETTINGS, spark_factory=lambda: spark, final=kind == "final"
+            )
+        else:
+            result = optimize_table(loader, settings=SETTINGS, spark_factory=lambda: spark, kind=kind)
+        assert result.totals.failures == 0 and result.totals.conflicts == 0, (kind, result)
+
+
+def files_read(referee: Referee, path: Path, column: str) -> tuple[int, int]:
+    """Files a predicate covering 0.5% of a key column's range reads, and the live files."""
+    low = KEY_DOMAIN // 3
+    answer, files = referee.scan(
+        f"SELECT count(*) AS n FROM delta.`{path}` WHERE {column} BETWEEN {low} AND {low + KEY_DOMAIN // 200}"
+    )
+    assert answer[0]["n"] > 0
+    return files, len(DeltaTable(str(path)).file_uris())
+
+
+AFTER_OURS = (
+    "INSERT INTO {t} (a, b, {label}, ts) SELECT id, -id, 'after', timestamp_seconds(1800000000) FROM range(0, 300)",
+    "DELETE FROM {t} WHERE a % 7 = 3",
+    "MERGE INTO {t} AS target USING (SELECT id * 13 % 100000 AS a FROM range(0, 500)) AS source "
+    "ON target.a = source.a WHEN MATCHED THEN UPDATE SET {label} = 'merged-after' "
+    "WHEN NOT MATCHED THEN INSERT (a, b, {label}, ts) VALUES (source.a, 7, 'inserted', timestamp_seconds(1800000000))",
+    "OPTIMIZE {t}",
+)
+
+
+@pytest.mark.parametrize("feature", list(RECIPES))
+def test_delta_spark_reads_streams_and_writes_after_our_rewrites(
+    feature: str, sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path
+) -> None:
+    recipe = RECIPES[feature]
+    path = copy(sources[feature], tmp_path / "t")
+    shadow = copy(sources[feature], tmp_path / "shadow")
+    expected = rows(referee, path, recipe)
+    before = protocol(path)
+    start = DeltaTable(str(path)).version()
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    streamed = referee.stream(path, checkpoint, sink)
+    assert rows_digest(streamed) == rows_digest(referee.read(path))
+
+    rewrite_every_way(path, spark, recipe)
+
+    ours = our_versions(path, start)
+    assert ours, "recluster committed nothing"
+    assert rows(referee, path, recipe) == expected
+    assert protocol(path) == before
+    history = {entry["version"]: entry for entry in referee.history(path)}
+    assert all(history[v]["operation"] == "OPTIMIZE" for v in ours)
+    changes = referee.sql(f"SELECT count(*) AS n FROM table_changes_by_path('{path}', {ours[0]}, {ours[-1]})")
+    assert changes[0]["n"] == 0
+    for column in recipe.key or ("a", "b"):
+        read, live = files_read(referee, path, column)
+        assert read * 4 <= live, f"a 0.5% range on {column} read {read} of {live} files"
+
+    target, label = f"delta.`{path}`", recipe.label
+    referee.sql(AFTER_OURS[0].format(t=target, label=label))
+    streamed = referee.stream(path, checkpoint, sink)
+    appended = referee.query(f"SELECT * FROM {target} WHERE ts = timestamp_seconds(1800000000) AND b < 0")
+    assert appended.num_rows == 300
+    assert rows_digest(streamed) == rows_digest(pa.concat_tables([referee.read(shadow), appended]))
+
+    referee.sql(AFTER_OURS[0].format(t=f"delta.`{shadow}`", label=label))
+    for statement in AFTER_OURS[1:]:
+        for table in (path, shadow):
+            referee.sql(statement.format(t=f"delta.`{table}`", label=label))
+    assert rows_digest(referee.read(path)) == rows_digest(referee.read(shadow))
+    referee.sql(f"RESTORE TABLE {target} TO VERSION AS OF {start}")
+    assert rows(referee, path, recipe) == expected
+    referee.sql(f"VACUUM {target} RETAIN 0 HOURS")
+    assert rows(referee, path, recipe) == expected
+    assert protocol(path) == before
