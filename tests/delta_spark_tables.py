@@ -97,7 +97,7 @@ def insert(recipe: Recipe, target: str, batch: int, label: str) -> str:
     low, high = batch * ROWS_PER_INSERT, (batch + 1) * ROWS_PER_INSERT
     return (
         f"INSERT INTO {target} (a, b, {label}, ts) SELECT CAST(id * 7919 % {KEY_DOMAIN} AS {recipe.value_type}), "
-        f"id * 104729 % {KEY_DOMAIN}, concat('s', id), timestamp_seconds(1700000000 + id * 60) "
+        f"id * 104729 % {KEY_DOMAIN}, concat('s', id), timestamp_seconds(1700000000 + id * 6) "
         f"FROM range({low}, {high}, 1, 2)"
     )
 

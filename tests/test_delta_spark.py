@@ -110,7 +110,7 @@ def files_read(referee: Referee, path: Path, column: str) -> tuple[int, int]:
 
 
 AFTER_OURS = (
-    "INSERT INTO {t} (a, b, {label}, ts) SELECT id, -id, 'after', timestamp_seconds(1800000000) FROM range(0, 300)",
+    "INSERT INTO {t} (a, b, {label}, ts) SELECT id, -id - 1, 'after', timestamp_seconds(1800000000) FROM range(0, 300)",
     "DELETE FROM {t} WHERE a % 7 = 3",
     "MERGE INTO {t} AS target USING (SELECT id * 13 % 100000 AS a FROM range(0, 500)) AS source "
     "ON target.a = source.a WHEN MATCHED THEN UPDATE SET {label} = 'merged-after' "
