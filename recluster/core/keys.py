@@ -50,6 +50,12 @@ class KeyColumn:
     name: str
     type: KeyType
     scale: int = 0
+    stored: str | None = None
+    """Its name in data files and the log's stats when that differs (Delta column mapping); None: `name`."""
+
+    @property
+    def stored_name(self) -> str:
+        return self.stored or self.name
 
 
 _NULL = b"\x00"
@@ -322,13 +328,13 @@ _KEY_TYPES: tuple[tuple[Any, KeyType], ...] = (
 )
 
 
-def key_column(name: str, arrow_type: pa.DataType) -> KeyColumn:
+def key_column(name: str, arrow_type: pa.DataType, stored: str | None = None) -> KeyColumn:
     if pa.types.is_nested(arrow_type):
         raise TableError(f"key column {name!r} has nested type {arrow_type}; cluster keys must be primitive")
     for matches, key_type in _KEY_TYPES:
         if matches(arrow_type):
             scale = arrow_type.scale if key_type is KeyType.DECIMAL else 0
-            return KeyColumn(name, key_type, scale)
+            return KeyColumn(name, key_type, scale, None if stored == name else stored)
     raise TableError(f"key column {name!r} has unsupported type {arrow_type}")
 
 

@@ -226,7 +226,7 @@ def blocks_from_actions(
     row_column = pa.nulls(count, pa.int64()) if row_column is None else row_column.cast(pa.int64())
     modified = _as_logged(_epoch_ms(_column(actions, "modification_time"), count))
     partition_codes, partitions = file_partitions(actions, partition_columns)
-    stats = [column_stats(actions, name, row_column) for name in key.names]
+    stats = [column_stats(actions, column.stored_name, row_column) for column in key.columns]
     from_log = np.logical_and.reduce([s.usable for s in stats]) if stats else np.zeros(count, dtype=bool)
     on_curve = key.on_curve
     linear = bool(stats) and not on_curve
@@ -260,7 +260,7 @@ def blocks_from_actions(
     overrides: dict[int, tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] = {}
     for i in np.flatnonzero(~from_log).tolist() if key.columns else ():  # no usable log stats: the footer's
         path = paths[i].as_py()
-        footer = footer_stats(table_uri, path, key.names, storage_options)
+        footer = footer_stats(table_uri, path, [c.stored_name for c in key.columns], storage_options)
         footer_rows[i] = footer.rows
         overrides[i] = (footer.mins, footer.maxes)
         ranged[i] = bool(footer.mins) and bool(footer.maxes)
@@ -381,9 +381,10 @@ def blocks_from_log_adds(
             "modification_time": int(add.get("modificationTime") or 0),
         }
         for column in key.columns:
-            row[f"min.{column.name}"] = _stat_from_json(stats.get("minValues", {}).get(column.name), column)
-            row[f"max.{column.name}"] = _stat_from_json(stats.get("maxValues", {}).get(column.name), column)
-            row[f"null_count.{column.name}"] = stats.get("nullCount", {}).get(column.name)
+            name = column.stored_name
+            row[f"min.{name}"] = _stat_from_json(stats.get("minValues", {}).get(name), column)
+            row[f"max.{name}"] = _stat_from_json(stats.get("maxValues", {}).get(name), column)
+            row[f"null_count.{name}"] = stats.get("nullCount", {}).get(name)
         for name in partition_columns:
             row[f"partition.{name}"] = add.get("partitionValues", {}).get(name)
         rows.append(row)

@@ -74,8 +74,8 @@ def sample_range_bounds(
     for block in blocks:
         with filesystem.open_input_file(file_location(uri, block.path)) as handle:
             parquet = pq.ParquetFile(handle)
-            present = [name for name in key.names if name in parquet.schema_arrow.names]
-            table = parquet.read(columns=present)
+            present = [c for c in key.columns if c.stored_name in parquet.schema_arrow.names]
+            table = parquet.read(columns=[c.stored_name for c in present]).rename_columns([c.name for c in present])
         take = min(table.num_rows, math.ceil(table.num_rows * share))
         chosen = np.sort(generator.choice(table.num_rows, size=take, replace=False))
         pieces.append(table.take(pa.array(chosen)))
@@ -85,6 +85,7 @@ def sample_range_bounds(
         if not values:
             bounds.append(())
             continue
-        sample = pa.chunked_array([chunk for v in values for chunk in v.chunks], values[0].type)
+        widest = pa.unify_schemas([pa.schema([("v", v.type)]) for v in values], promote_options="permissive")
+        sample = pa.chunked_array([c.cast(widest.field(0).type) for v in values for c in v.chunks], widest.field(0).type)
         bounds.append(tuple(bound_to_json(v, column) for v in sample_quantile_bounds(sample, ranges)))
     return RangeBounds(key.names, tuple(bounds))

@@ -28,6 +28,7 @@ from recluster.core.keys import (
     key_column,
     parse_columns,
 )
+from recluster.delta.column_mapping import stored_name
 from recluster.delta.file_blocks import blocks_from_actions, file_partitions
 from recluster.delta.ranges import load_range_bounds
 from recluster.delta.storage import (
@@ -39,7 +40,9 @@ from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPE
 log = logging.getLogger(__name__)
 
 
-SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "deletionVectors", "v2Checkpoint", "vacuumProtocolCheck"})
+SUPPORTED_READER_FEATURES = frozenset(
+    {"timestampNtz", "deletionVectors", "v2Checkpoint", "vacuumProtocolCheck", "columnMapping", "typeWidening"}
+)
 
 
 SUPPORTED_WRITER_FEATURES = frozenset(
@@ -49,7 +52,8 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "checkConstraints",
         "changeDataFeed",
         "generatedColumns",
-        "columnMapping",  # mode 'none' only, checked on its own
+        "columnMapping",  # data files and stats by physical names (delta/column_mapping.py)
+        "typeWidening",  # files of a narrower type are read and rewritten with the table's type
         "identityColumns",
         "timestampNtz",
         "deletionVectors",
@@ -62,7 +66,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
 )
 """Writer features a rewrite with dataChange=false keeps valid. Not among them, each refused with its name:
 rowTracking (outputs would need the inputs' row ids), icebergCompat* (Iceberg metadata on every add),
-clustering (Delta liquid clustering owns the layout), typeWidening (files of an older type), and any newer one."""
+clustering (Delta liquid clustering owns the layout), and any newer one."""
 
 
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
@@ -110,7 +114,7 @@ def resolve_cluster_key(
             raise TableError(f"unknown key column {name!r} (table columns: {known})")
         if name in partition_columns:
             raise TableError(f"key column {name!r} is a partition column; cluster by data columns only")
-        columns.append(key_column(name, schema.field(index).type))
+        columns.append(key_column(name, schema.field(index).type, stored_name(schema.field(index))))
     if len(set(names)) != len(names):
         raise TableError(f"key column listed twice in {', '.join(names)}")
     chosen = curve or table.metadata().configuration.get(CURVE_PROPERTY)
@@ -149,8 +153,11 @@ def _has_variant(schema_node: Any) -> bool:
 def check_supported(table: DeltaTable) -> None:
     """Refuse tables whose layout this engine cannot rewrite correctly: one line naming the feature."""
     mode = table.metadata().configuration.get("delta.columnMapping.mode", "none")
-    if mode != "none":
-        raise TableError(f"column mapping mode {mode!r} is not supported (files use physical column names)")
+    if mode != "none" and table.metadata().partition_columns:
+        raise TableError(
+            f"column mapping mode {mode!r} on a partitioned table is not supported (partition values are logged "
+            "under physical names)"
+        )
     protocol = table.protocol()
     features = set(protocol.reader_features or []) - SUPPORTED_READER_FEATURES
     if "variantType" in features and not _has_variant(json.loads(table.schema().to_json())):

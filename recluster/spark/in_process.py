@@ -29,12 +29,12 @@ import pyarrow.parquet as pq
 from recluster.core.blocks import WrittenFile
 from recluster.core.curves import sample_quantile_bounds
 from recluster.core.selection.plan import MergeTask
+from recluster.delta.column_mapping import logical_batch, stored_columns
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.spark.curve_column import CURVE_FIELD, curve_column, sort_columns, with_curve_column
 from recluster.spark.kernel import (
     InputSpec,
     OutputSpec,
-    conform_batch,
     read_data_files,
     sorted_schema,
     write_sorted_partition,
@@ -57,6 +57,7 @@ def _input_spec(task: MergeTask, spec: OutputSpec) -> InputSpec:
         paths=tuple(block.path for block in task.files),
         schema=spec.schema,
         deletion_vectors=tuple(block.deletion_vector for block in task.files),
+        stored=spec.stored,
     )
 
 
@@ -118,12 +119,13 @@ def _sample_first_key(task: MergeTask, spec: OutputSpec, ranges: int, threads: i
     seeds = generator.integers(0, 2**31, size=len(task.files))
     names = spec.key if spec.curve is not None else spec.key[:1]
     schema = pa.schema([spec.schema.field(name) for name in names])
+    stored = pa.schema([(spec.stored or spec.schema).field(spec.schema.get_field_index(name)) for name in names])
 
     def sample(index: int) -> pa.Table:
         with filesystem.open_input_file(file_location(spec.table_root, task.files[index].path)) as handle:
             parquet = pq.ParquetFile(handle, pre_buffer=True)
-            present = [name for name in names if name in parquet.schema_arrow.names]
-            table = conform_batch_table(parquet.read(columns=present), schema)
+            read = parquet.read(columns=stored_columns(stored, parquet.schema_arrow.names))
+            table = pa.Table.from_batches([logical_batch(b, schema, stored) for b in read.to_batches()], schema)
         take = min(table.num_rows, math.ceil(table.num_rows * wanted))
         chosen = np.random.default_rng(seeds[index]).choice(table.num_rows, size=take, replace=False)
         return table.take(pa.array(np.sort(chosen)))
@@ -134,12 +136,6 @@ def _sample_first_key(task: MergeTask, spec: OutputSpec, ranges: int, threads: i
     if spec.curve is not None:
         return pa.chunked_array([curve_column(sampled, spec.curve)])
     return sampled.column(0)
-
-
-def conform_batch_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A file's key columns in the table's schema (columns it predates NULL)."""
-    batches = [conform_batch(b, schema) for b in table.to_batches()]
-    return pa.Table.from_batches(batches, schema=schema)
 
 
 def with_curve_batch(batch: pa.RecordBatch, spec: OutputSpec) -> pa.RecordBatch:

@@ -29,6 +29,14 @@ from recluster.core.blocks import LEVEL_CONSTANT, WrittenFile, data_file_name
 from recluster.core.deletion_vectors import DeletionVector, DeletionVectorError, keep_mask
 from recluster.core.keys import DELTA_STRING_STATS_PREFIX
 from recluster.core.selection.plan import MergeTask, UpperRun
+from recluster.delta.column_mapping import (
+    is_mapped,
+    logical_batch,
+    stored_columns,
+    stored_schema,
+    stored_stats,
+    stored_table,
+)
 from recluster.delta.replay import read_deleted_positions
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.settings import ParquetSettings
@@ -206,17 +214,8 @@ class InputSpec:
     """The Arrow schema Spark expects back: the table's data columns as Spark types them."""
     deletion_vectors: tuple[DeletionVector | None, ...] = ()
     """Per path, its deletion vector: the rows it deletes are never read."""
-
-
-def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """A file's batch in the table's schema: columns a file predates are NULL, types widened to the table's."""
-    columns = [
-        batch.column(field.name).cast(field.type)
-        if field.name in batch.schema.names
-        else pa.nulls(batch.num_rows, field.type)
-        for field in schema
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    stored: pa.Schema | None = None
+    """The schema as data files hold it under column mapping (physical names); None: as `schema`."""
 
 
 def read_data_files(spec: InputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -231,12 +230,12 @@ def read_data_files(spec: InputSpec, batches: Iterator[pa.RecordBatch]) -> Itera
                 # 4 GETs instead of 34 for a 2,000,000-row, 8-row-group file (4x faster against a local S3 server)
                 parquet = pq.ParquetFile(handle, pre_buffer=True, coerce_int96_timestamp_unit="us")
                 keep = None if vector is None else live_rows_mask(spec, vector, parquet.metadata.num_rows)
-                present = [name for name in spec.schema.names if name in parquet.schema_arrow.names]
+                stored = spec.stored or spec.schema
                 start = 0
-                for piece in parquet.iter_batches(columns=present):
+                for piece in parquet.iter_batches(columns=stored_columns(stored, parquet.schema_arrow.names)):
                     if keep is not None:
                         piece, start = piece.filter(pa.array(keep[start : start + piece.num_rows])), start + len(piece)
-                    yield conform_batch(piece, spec.schema)
+                    yield logical_batch(piece, spec.schema, stored)
 
 
 def live_rows_mask(spec: InputSpec, vector: DeletionVector, rows: int) -> npt.NDArray[np.bool_]:
@@ -275,6 +274,8 @@ class OutputSpec:
     """A curve key's spec: rows are sorted and files cut on the curve value (None: on the key columns)."""
     write_threads: int = 1
     """Output files of one sorted partition written at once (in the process; Spark tasks write one at a time)."""
+    stored: pa.Schema | None = None
+    """The schema as data files hold it under column mapping (physical names, field ids); None: as `schema`."""
 
 
 def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -> list[int]:
@@ -311,6 +312,9 @@ def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level:
     location = file_location(spec.table_root, relative)
     if os.path.dirname(location):
         filesystem.create_dir(os.path.dirname(location), recursive=True)  # object stores: no request
+    stats = delta_stats(piece, spec.stats_columns, spec.key)
+    if spec.stored is not None:
+        piece, stats = stored_table(piece, spec.stored), stored_stats(stats, spec.schema, spec.stored)
     with filesystem.open_output_stream(location) as sink:
         pq.write_table(
             piece,
@@ -322,8 +326,7 @@ def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level:
             write_statistics=True,
         )
         size = sink.tell()
-    stats = json.dumps(delta_stats(piece, spec.stats_columns, spec.key))
-    return {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": stats, "level": level}
+    return {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": json.dumps(stats), "level": level}
 
 
 def sorted_schema(spec: OutputSpec) -> pa.Schema:
@@ -418,6 +421,7 @@ def output_spec(
         upper_run=task.upper_run,
         parquet=parquet or ParquetSettings(),
         curve=curve,
+        stored=stored_schema(data_schema, data_schema) if is_mapped(data_schema) else None,
     )
 
 

@@ -19,6 +19,7 @@ from recluster.core.errors import TableError
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.storage import executor_storage_options, file_location
 from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, curve_column
+from recluster.delta.column_mapping import is_mapped, stored_schema
 from recluster.spark.kernel import InputSpec, OutputSpec, read_data_files, write_sorted_partition, written_files
 
 RESULT_SCHEMA = "path string, rows long, bytes long, stats string, level int"
@@ -80,8 +81,9 @@ def read_task_files(
     """A DataFrame of the task's rows (data columns only), read by Spark or by pyarrow.fs in Spark tasks."""
     spark_schema = _spark_schema(data_schema)
     with_vectors = any(block.has_deletion_vector for block in task.files)  # Spark's reader cannot apply them
-    native = reader != "pyarrow" and not with_vectors and spark_reads_natively(spark, table_root)
-    if reader == "spark" and not native and not with_vectors:
+    mapped = is_mapped(data_schema)  # Spark's reader would look for the logical names in the files
+    native = reader != "pyarrow" and not with_vectors and not mapped and spark_reads_natively(spark, table_root)
+    if reader == "spark" and not native and not with_vectors and not mapped:
         raise TableError(
             f"spark.data_reader=spark, but Spark has no Hadoop filesystem for {_scheme(table_root)}:// "
             f"(its jars are not on the classpath); use spark.data_reader auto or pyarrow"
@@ -91,12 +93,14 @@ def read_task_files(
         return spark.read.schema(spark_schema).parquet(*paths).select(*(spark_column(n) for n in data_schema.names))
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
     spec = InputSpec(
         table_root=table_root,
         storage_options=dict(storage_options),
         paths=tuple(block.path for block in task.files),
-        schema=to_arrow_schema(spark_schema, timezone="UTC"),
+        schema=arrow_schema,
         deletion_vectors=tuple(block.deletion_vector for block in task.files),
+        stored=stored_schema(arrow_schema, data_schema) if mapped else None,
     )
     slices = max(1, spark.sparkContext.defaultParallelism, math.ceil(task.bytes / READ_SPLIT_BYTES))
     indexes = spark.range(0, len(spec.paths), numPartitions=min(len(spec.paths), slices))
