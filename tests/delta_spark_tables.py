@@ -33,6 +33,9 @@ class Recipe:
     """The string column's name after `between` (a rename changes it)."""
     value_type: str = "BIGINT"
     """The type of `a` at CREATE (type widening starts narrower)."""
+    target_rows: int = 500
+    """recluster's file target: about 20 files from the 10,000 rows, enough for a predicate on one key to prune
+    (two key columns on a curve need more files for each column to prune as well: ~1.3/sqrt(files) of them)."""
 
 
 DML = (
@@ -81,7 +84,7 @@ RECIPES = {
             between=("ALTER TABLE {t} RENAME COLUMN s TO label", "ALTER TABLE {t} DROP COLUMN dropped"),
             label="label",
         ),
-        Recipe("liquid-clustering", clauses="CLUSTER BY (a, b)", key=None),
+        Recipe("liquid-clustering", clauses="CLUSTER BY (a, b)", key=None, target_rows=150),
         Recipe("row-tracking", {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": "true"}, after=DML),
         Recipe(
             "type-widening",

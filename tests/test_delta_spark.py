@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from recluster.cli import main
 from recluster.core.optimizing import ProcessType
 from recluster.engine.optimizer import optimize_table
 from recluster.engine.rounds import recluster_table, snapshot_loader
@@ -27,8 +28,8 @@ from tests.table_shapes import rows_digest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-SETTINGS = Settings(clustering=ClusteringSettings(target_rows=500))
-"""About 20 output files from the 10,000 rows: enough files for a predicate to prune."""
+def settings_for(recipe: Recipe) -> Settings:
+    return Settings(clustering=ClusteringSettings(target_rows=recipe.target_rows))
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +89,15 @@ def our_versions(path: Path, after: int) -> list[int]:
 def rewrite_every_way(path: Path, spark: Any, recipe: Recipe) -> None:
     """An incremental round, a minor and a major optimize, then FINAL: all with recluster's defaults."""
     key = list(recipe.key) if recipe.key else None
-    loader = snapshot_loader(str(path), SETTINGS, key)
+    settings = settings_for(recipe)
+    loader = snapshot_loader(str(path), settings, key)
     for kind in (None, ProcessType.MINOR, ProcessType.MAJOR, "final"):
         if kind is None or kind == "final":
             result = recluster_table(
-                str(path), loader, settings=SETTINGS, spark_factory=lambda: spark, final=kind == "final"
+                str(path), loader, settings=settings, spark_factory=lambda: spark, final=kind == "final"
             )
         else:
-            result = optimize_table(loader, settings=SETTINGS, spark_factory=lambda: spark, kind=kind)
+            result = optimize_table(loader, settings=settings, spark_factory=lambda: spark, kind=kind)
         assert result.totals.failures == 0 and result.totals.conflicts == 0, (kind, result)
 
 
@@ -164,3 +166,23 @@ def test_delta_spark_reads_streams_and_writes_after_our_rewrites(
     referee.sql(f"VACUUM {target} RETAIN 0 HOURS")
     assert rows(referee, path, recipe) == expected
     assert protocol(path) == before
+
+
+def test_cluster_by_on_a_liquid_table_changes_the_clustering_columns_delta_sees(
+    sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path
+) -> None:
+    path = copy(sources["liquid-clustering"], tmp_path / "t")
+    assert referee.sql(f"DESCRIBE DETAIL delta.`{path}`")[0]["clusteringColumns"] == ["a", "b"]
+    before = protocol(path)
+    assert main(["sql", f"ALTER TABLE '{path}' CLUSTER BY (b, s)"]) == 0
+    assert referee.sql(f"DESCRIBE DETAIL delta.`{path}`")[0]["clusteringColumns"] == ["b", "s"]
+    assert protocol(path) == before
+    expected = rows(referee, path, RECIPES["liquid-clustering"])
+    settings = settings_for(RECIPES["liquid-clustering"])
+    loader = snapshot_loader(str(path), settings, None)
+    assert loader().key.names == ("b", "s") and loader().key.liquid
+    result = recluster_table(str(path), loader, settings=settings, spark_factory=lambda: spark, final=True)
+    assert result.totals.files_added > 0
+    assert rows(referee, path, RECIPES["liquid-clustering"]) == expected
+    referee.sql(f"OPTIMIZE delta.`{path}`")
+    assert rows(referee, path, RECIPES["liquid-clustering"]) == expected

@@ -109,7 +109,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from recluster.core.keys import format_columns
     from recluster.core.sql import ClusterByStatement, parse_statement
     from recluster.delta.log_writer import set_table_properties
-    from recluster.delta.snapshot import open_table, resolve_cluster_key
+    from recluster.delta.snapshot import liquid_clustering, liquid_domain, open_table, resolve_cluster_key
     from recluster.delta.storage import require_safe_commits
     from recluster.engine.api import storage_options_for
 
@@ -127,8 +127,12 @@ def cmd_sql(args: argparse.Namespace) -> int:
         curve = statement.curve or default_curve(len(statement.columns))
         key = resolve_cluster_key(table, statement.columns, statement.table, curve=curve)
         require_safe_commits(statement.table, options, settings.commit.allow_unsafe_single_writer)
-        properties = {CLUSTER_BY_PROPERTY: format_columns(key.names), CURVE_PROPERTY: str(key.curve)}
-        set_table_properties(statement.table, properties, options)
+        if liquid_clustering(table):  # Delta's ALTER TABLE ... CLUSTER BY: the domain names the columns
+            properties = {CURVE_PROPERTY: str(key.curve)}
+            set_table_properties(statement.table, properties, options, domains=[liquid_domain(key)])
+        else:
+            properties = {CLUSTER_BY_PROPERTY: format_columns(key.names), CURVE_PROPERTY: str(key.curve)}
+            set_table_properties(statement.table, properties, options)
         summary = {
             "table": statement.table,
             "cluster_by": list(key.names),

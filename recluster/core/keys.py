@@ -348,6 +348,8 @@ class ClusterKey:
     curve: Curve = Curve.LINEAR
     bounds: RangeBounds | None = None
     """A curve key's range bounds, None until the first merge samples them (every file is then unclustered)."""
+    liquid: bool = False
+    """The key is the table's own Delta liquid clustering columns: outputs are marked as clustered files."""
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -27,6 +27,10 @@ from recluster.delta.storage import commit_safety_problem, remove_stored_files
 from recluster.settings import CommitSettings
 
 
+LIQUID_PROVIDER = "liquid"
+"""The `clusteringProvider` Delta liquid clustering gives the files it clustered (Delta Spark's OPTIMIZE writes it)."""
+
+
 class CommitConflict(Exception):
     """A concurrent transaction changed files this rewrite read: nothing was committed."""
 
@@ -42,6 +46,8 @@ class RewriteCommit:
     added: tuple[WrittenFile, ...]
     task_id: str
     metadata: Mapping[str, str] = field(default_factory=dict)
+    clustering_provider: str | None = None
+    """Set on every add when the outputs are clustered by the table's own clustering columns (Delta liquid)."""
 
     def actions(self, now: int) -> list[dict[str, Any]]:
         """Removes that match their adds exactly (path as logged, deletion vector) and the outputs' adds."""
@@ -56,6 +62,7 @@ class RewriteCommit:
                     "dataChange": False,
                     "stats": json.dumps(f.stats, default=str),
                 }
+                | ({"clusteringProvider": self.clustering_provider} if self.clustering_provider else {})
             }
             for f in self.added
         ]
@@ -152,6 +159,7 @@ def commit_task(
     run_id: str,
     task_id: str,
     settings: CommitSettings,
+    clustering_provider: str | None = None,
 ) -> CommitOutcome:
     """Commit one task's outputs, or delete them and say why. Never loses or duplicates a row."""
     files = tuple(written)
@@ -166,7 +174,7 @@ def commit_task(
         delete_files(table_uri, [f.path for f in files], storage_options)
         return CommitOutcome(task, CommitStatus.FAILED, None, files, failure)
     metadata = commit_metadata(task, run_id=run_id, task_id=task_id, read_version=read_version)
-    commit = RewriteCommit(table_uri, read_version, task.files, files, task_id, metadata)
+    commit = RewriteCommit(table_uri, read_version, task.files, files, task_id, metadata, clustering_provider)
     try:
         return CommitOutcome(task, CommitStatus.COMMITTED, commit_rewrite(commit, storage_options, settings), files)
     except CommitConflict as conflict:

@@ -148,10 +148,15 @@ REQUIRED_METADATA_FIELDS = ("id", "format", "schemaString", "partitionColumns")
 
 
 def set_table_properties(
-    table_uri: str | os.PathLike[str], properties: Mapping[str, str], storage_options: Mapping[str, str] | None = None
+    table_uri: str | os.PathLike[str],
+    properties: Mapping[str, str],
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    domains: Sequence[Mapping[str, Any]] = (),
 ) -> int:
-    """Set table properties (e.g. `recluster.clusterBy`) in one commit of the metaData action alone, exactly as
-    logged but for its configuration: the protocol (reader/writer features) never changes. Returns the version."""
+    """Set table properties (e.g. `recluster.clusterBy`) in one commit of the metaData action, exactly as logged
+    but for its configuration, and the given domainMetadata actions (a liquid table's clustering columns): the
+    protocol (reader/writer features) never changes. Returns the version."""
     location = normalize_uri(str(table_uri))
 
     def prepare(table: DeltaTable, version: int) -> list[dict[str, Any]]:
@@ -168,8 +173,9 @@ def set_table_properties(
         configuration = {**metadata.get("configuration", {}), **properties}
         metadata["configuration"] = configuration
         parameters = {"properties": dict(properties)}
-        info = commit_info(location, storage_options, version, "SET TBLPROPERTIES", parameters, {}, configuration)
-        return [info, {"metaData": metadata}]
+        operation = "CLUSTER BY" if domains else "SET TBLPROPERTIES"
+        info = commit_info(location, storage_options, version, operation, parameters, {}, configuration)
+        return [info, {"metaData": metadata}, *({"domainMetadata": dict(domain)} for domain in domains)]
 
     try:
         return commit_next_version(location, storage_options, prepare, CommitSettings())

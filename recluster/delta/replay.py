@@ -58,6 +58,8 @@ class LogState:
     metadata: Mapping[str, Any]
     deletion_vectors: Mapping[str, DeletionVector] = field(default_factory=dict)
     """Live file path (as logged) -> its deletion vector; files without one are absent."""
+    domains: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Domain name -> its latest domainMetadata action (removed domains are absent), e.g. `delta.clustering`."""
 
 
 def _plain(value: Any, arrow_type: pa.DataType) -> Any:
@@ -98,7 +100,7 @@ def _read_parquet(filesystem: pafs.FileSystem, location: str, with_files: bool) 
     with filesystem.open_input_file(location) as handle:
         parquet = pq.ParquetFile(handle)
         present = set(parquet.schema_arrow.names)
-        wanted = [c for c in ("protocol", "metaData", "sidecar") if c in present]
+        wanted = [c for c in ("protocol", "metaData", "domainMetadata", "sidecar") if c in present]
         if with_files and "add" in present:
             add_fields = {f.name for f in parquet.schema_arrow.field("add").type}
             wanted += [f"add.{f}" for f in ("path", "deletionVector") if f in add_fields]
@@ -152,6 +154,7 @@ def replay_log(
     protocol: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     vectors: dict[str, DeletionVector] = {}
+    domains: dict[str, Mapping[str, Any]] = {}
 
     def apply(action: Mapping[str, Any]) -> None:
         nonlocal protocol, metadata
@@ -159,6 +162,12 @@ def replay_log(
             protocol = dict(action["protocol"])
         elif "metaData" in action:
             metadata = dict(action["metaData"])
+        elif "domainMetadata" in action:
+            domain = action["domainMetadata"]
+            if domain.get("removed"):
+                domains.pop(domain["domain"], None)
+            else:
+                domains[domain["domain"]] = domain
         elif with_files and "add" in action:
             add = action["add"]
             if add.get("deletionVector"):
@@ -183,7 +192,7 @@ def replay_log(
                 apply(action)
     except (OSError, ValueError, KeyError) as error:
         raise LogReplayError(f"cannot read the log of {table_uri}: {error}") from None
-    return LogState(version, protocol, metadata, vectors)
+    return LogState(version, protocol, metadata, vectors, domains)
 
 
 def read_deleted_positions(

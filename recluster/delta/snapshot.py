@@ -62,11 +62,12 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "domainMetadata",
         "inCommitTimestamp",
         "allowColumnDefaults",
+        "clustering",  # liquid: its clustering columns are the default key; outputs are marked clustered
     }
 )
 """Writer features a rewrite with dataChange=false keeps valid. Not among them, each refused with its name:
-rowTracking (outputs would need the inputs' row ids), icebergCompat* (Iceberg metadata on every add),
-clustering (Delta liquid clustering owns the layout), and any newer one."""
+rowTracking (outputs would need the inputs' row ids), icebergCompat* (Iceberg metadata on every add), and any
+newer one."""
 
 
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
@@ -83,6 +84,45 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
+LIQUID_DOMAIN = "delta.clustering"
+"""The domain metadata in which Delta liquid clustering keeps a table's clustering columns (physical names)."""
+
+
+def liquid_clustering(table: DeltaTable) -> bool:
+    """Whether the table is Delta liquid clustered (writer feature `clustering`)."""
+    return "clustering" in (table.protocol().writer_features or [])
+
+
+def liquid_domain(key: ClusterKey) -> dict[str, Any]:
+    """The domainMetadata action that makes `key`'s columns a liquid table's clustering columns."""
+    columns = [[column.stored_name] for column in key.columns]
+    configuration = {"clusteringColumns": columns, "domainName": LIQUID_DOMAIN}
+    return {"domain": LIQUID_DOMAIN, "configuration": json.dumps(configuration), "removed": False}
+
+
+def liquid_clustering_columns(
+    table: DeltaTable, uri: str, storage_options: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """The logical names of a Delta liquid-clustered table's clustering columns (none: not clustered)."""
+    if not liquid_clustering(table):
+        return ()
+    from recluster.delta.replay import LogReplayError, replay_log
+
+    try:
+        state = replay_log(normalize_uri(uri or table.table_uri), storage_options, table.version(), with_files=False)
+    except LogReplayError as error:
+        raise TableError(str(error)) from None
+    domain = state.domains.get(LIQUID_DOMAIN)
+    paths = json.loads(domain["configuration"]).get("clusteringColumns", []) if domain else []
+    logical = {stored_name(field): field.name for field in arrow_schema(table)}
+    names = []
+    for path in paths:
+        if len(path) != 1 or path[0] not in logical:
+            raise TableError(f"liquid clustering column {'.'.join(path)!r} is nested or unknown; cluster by top-level columns")
+        names.append(logical[path[0]])
+    return tuple(names)
+
+
 def resolve_cluster_key(
     table: DeltaTable,
     cluster_by: Sequence[str] | None,
@@ -90,11 +130,13 @@ def resolve_cluster_key(
     *,
     keyless: bool = False,
     curve: str | None = None,
+    liquid: Sequence[str] = (),
 ) -> ClusterKey:
-    """The key from `cluster_by`, else the table property `recluster.clusterBy`, else a clear error (or, with
-    `keyless`, the empty key: compaction needs none). Its curve: `curve`, else the table property
-    `recluster.curve`, else hilbert for two or more columns. Range bounds are the snapshot's (`with_bounds`)."""
-    names = list(cluster_by or [])
+    """The key from `cluster_by`, else the table's liquid clustering columns (`liquid`), else the table property
+    `recluster.clusterBy`, else a clear error (or, with `keyless`, the empty key: compaction needs none). Its
+    curve: `curve`, else the table property `recluster.curve`, else hilbert for two or more columns. Range bounds
+    are the snapshot's (`with_bounds`)."""
+    names = list(cluster_by or liquid)
     if not names:
         names = parse_columns(table.metadata().configuration.get(CLUSTER_BY_PROPERTY, ""))
     if not names and keyless:
@@ -124,7 +166,7 @@ def resolve_cluster_key(
             f"a {resolved} curve takes at most {MAX_CURVE_COLUMNS} key columns, not {len(columns)}; "
             "use fewer columns or USING LINEAR"
         )
-    return ClusterKey(tuple(columns), resolved)
+    return ClusterKey(tuple(columns), resolved, liquid=bool(liquid) and tuple(names) == tuple(liquid))
 
 
 def with_bounds(

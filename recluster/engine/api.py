@@ -13,7 +13,14 @@ from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringInfo, clustering_info
 from recluster.core.selection import time_like_decisions
 from recluster.core.selection.plan import Policy, SelectionBounds, WatermarkDecision
-from recluster.delta.snapshot import TableSnapshot, check_supported, load_snapshot, open_table, resolve_cluster_key
+from recluster.delta.snapshot import (
+    TableSnapshot,
+    check_supported,
+    liquid_clustering_columns,
+    load_snapshot,
+    open_table,
+    resolve_cluster_key,
+)
 from recluster.delta.storage import normalize_uri
 from recluster.engine.publish import time_like_records
 from recluster.settings import Settings, TableSettings, resolve_selection, table_storage_options
@@ -60,6 +67,7 @@ def open_checked_table(
         uri,
         keyless=keyless,
         curve=(configured.curve if configured else None) or settings.clustering.curve,
+        liquid=liquid_clustering_columns(table, uri, options),
     )
     return table, key, options
 

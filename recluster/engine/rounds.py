@@ -21,7 +21,7 @@ from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profil
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan
-from recluster.delta.commit import commit_task
+from recluster.delta.commit import LIQUID_PROVIDER, commit_task
 from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
 from recluster.delta.storage import require_safe_commits, require_writable
 from recluster.engine.api import open_checked_table, selection_bounds
@@ -150,6 +150,7 @@ def run_task(
         run_id=run_id,
         task_id=task_id,
         settings=settings.commit,
+        clustering_provider=LIQUID_PROVIDER if snapshot.key.liquid else None,
     )
 
 
