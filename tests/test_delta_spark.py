@@ -161,6 +161,9 @@ def test_delta_spark_reads_streams_and_writes_after_our_rewrites(
         for table in (path, shadow):
             referee.sql(statement.format(t=f"delta.`{table}`", label=label))
     assert rows_digest(referee.read(path)) == rows_digest(referee.read(shadow))
+    if recipe.properties.get("delta.enableRowTracking") == "true":  # rows written after ours got fresh ids
+        ids = referee.sql(f"SELECT count(*) AS n, count(DISTINCT _metadata.row_id) AS ids FROM {target}")[0]
+        assert ids["n"] == ids["ids"]
     referee.sql(f"RESTORE TABLE {target} TO VERSION AS OF {start}")
     assert rows(referee, path, recipe) == expected
     referee.sql(f"VACUUM {target} RETAIN 0 HOURS")

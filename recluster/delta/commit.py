@@ -19,10 +19,14 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 
 from recluster.core.blocks import Block, WrittenFile
+from recluster.core.errors import TableError
 from recluster.core.outcomes import CommitOutcome, CommitStatus
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.log import PRODUCER, PRODUCER_KEY, TASK_ID_KEY, read_commits
 from recluster.delta.log_writer import CommitFailed, commit_info, commit_next_version
+from recluster.delta.replay import LogReplayError, replay_log
+from recluster.delta.row_tracking import FEATURE as ROW_TRACKING
+from recluster.delta.row_tracking import assign_row_ids
 from recluster.delta.storage import commit_safety_problem, remove_stored_files
 from recluster.settings import CommitSettings
 
@@ -125,7 +129,14 @@ def commit_rewrite(
         checked[0] = latest
         configuration = table.metadata().configuration
         info = commit_info(commit.table_uri, storage_options, latest, "OPTIMIZE", parameters, metadata, configuration)
-        return [info, *commit.actions(int(time.time() * 1000))]
+        actions = commit.actions(int(time.time() * 1000))
+        if ROW_TRACKING in (table.protocol().writer_features or []):  # fresh ids above the latest high water mark
+            try:
+                domains = replay_log(commit.table_uri, storage_options, latest, with_files=False).domains
+            except LogReplayError as error:
+                raise TableError(str(error)) from None
+            actions += assign_row_ids([a for a in actions if "add" in a], domains, latest + 1)
+        return [info, *actions]
 
     return commit_next_version(
         commit.table_uri,

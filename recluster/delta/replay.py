@@ -58,6 +58,8 @@ class LogState:
     metadata: Mapping[str, Any]
     deletion_vectors: Mapping[str, DeletionVector] = field(default_factory=dict)
     """Live file path (as logged) -> its deletion vector; files without one are absent."""
+    row_ids: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    """Live file path -> its baseRowId and defaultRowCommitVersion (with `with_row_ids`: row tracking)."""
     domains: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Domain name -> its latest domainMetadata action (removed domains are absent), e.g. `delta.clustering`."""
 
@@ -103,7 +105,9 @@ def _read_parquet(filesystem: pafs.FileSystem, location: str, with_files: bool) 
         wanted = [c for c in ("protocol", "metaData", "domainMetadata", "sidecar") if c in present]
         if with_files and "add" in present:
             add_fields = {f.name for f in parquet.schema_arrow.field("add").type}
-            wanted += [f"add.{f}" for f in ("path", "deletionVector") if f in add_fields]
+            wanted += [
+                f"add.{f}" for f in ("path", "deletionVector", "baseRowId", "defaultRowCommitVersion") if f in add_fields
+            ]
         if not wanted:
             return
         table = parquet.read(columns=wanted)
@@ -138,9 +142,15 @@ def _checkpoint_actions(
 
 
 def replay_log(
-    table_uri: str, storage_options: Mapping[str, str] | None, version: int, *, with_files: bool = True
+    table_uri: str,
+    storage_options: Mapping[str, str] | None,
+    version: int,
+    *,
+    with_files: bool = True,
+    with_row_ids: bool = False,
 ) -> LogState:
-    """Protocol, metadata and (with `with_files`) the live files' deletion vectors at `version`."""
+    """Protocol, metadata, domain metadata and (with `with_files`) the live files' deletion vectors (and with
+    `with_row_ids` their baseRowId and defaultRowCommitVersion) at `version`."""
     location = normalize_uri(table_uri)
     filesystem = table_filesystem(location, storage_options)
     selector = pafs.FileSelector(stored_location(location, LOG_DIR), allow_not_found=True)
@@ -154,9 +164,10 @@ def replay_log(
     protocol: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     vectors: dict[str, DeletionVector] = {}
+    row_ids: dict[str, tuple[int | None, int | None]] = {}
     domains: dict[str, Mapping[str, Any]] = {}
 
-    def apply(action: Mapping[str, Any]) -> None:
+    def apply(action: Mapping[str, Any], in_checkpoint: bool = False) -> None:
         nonlocal protocol, metadata
         if "protocol" in action:
             protocol = dict(action["protocol"])
@@ -174,25 +185,28 @@ def replay_log(
                 vectors[add["path"]] = DeletionVector.from_log(add["deletionVector"])
             else:
                 vectors.pop(add["path"], None)
-        elif with_files and "remove" in action:
+            if with_row_ids:
+                row_ids[add["path"]] = (add.get("baseRowId"), add.get("defaultRowCommitVersion"))
+        elif with_files and "remove" in action and not in_checkpoint:  # a checkpoint's removes are tombstones
             # A file is its path AND its vector: Delta Spark's DELETE/UPDATE/MERGE log the file with its new
             # vector and remove it with its old one in the same commit, in either order.
             remove = action["remove"]
             live = vectors.get(remove["path"])
             gone = remove.get("deletionVector")
-            if live is not None and gone and DeletionVector.from_log(gone).unique_id == live.unique_id:
-                del vectors[remove["path"]]
+            if (live.unique_id if live else None) == (DeletionVector.from_log(gone).unique_id if gone else None):
+                vectors.pop(remove["path"], None)
+                row_ids.pop(remove["path"], None)
 
     try:
         if checkpoint is not None:
             for action in _checkpoint_actions(location, filesystem, checkpoint[1], with_files):
-                apply(action)
+                apply(action, in_checkpoint=True)
         for commit in range(start + 1, version + 1):
             for action in read_log_actions(location, commit, storage_options):
                 apply(action)
     except (OSError, ValueError, KeyError) as error:
         raise LogReplayError(f"cannot read the log of {table_uri}: {error}") from None
-    return LogState(version, protocol, metadata, vectors, domains)
+    return LogState(version, protocol, metadata, vectors, row_ids, domains)
 
 
 def read_deleted_positions(

@@ -63,11 +63,11 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "inCommitTimestamp",
         "allowColumnDefaults",
         "clustering",  # liquid: its clustering columns are the default key; outputs are marked clustered
+        "rowTracking",  # row ids and commit versions kept in the materialized columns (delta/row_tracking.py)
     }
 )
 """Writer features a rewrite with dataChange=false keeps valid. Not among them, each refused with its name:
-rowTracking (outputs would need the inputs' row ids), icebergCompat* (Iceberg metadata on every add), and any
-newer one."""
+icebergCompat* (Iceberg metadata on every add) and any newer one."""
 
 
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable:

@@ -21,7 +21,10 @@ from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profil
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan
+from recluster.core.errors import TableError
 from recluster.delta.commit import LIQUID_PROVIDER, commit_task
+from recluster.delta.replay import LogReplayError, replay_log
+from recluster.delta.row_tracking import RowTracking, materialized_columns, row_tracking_for
 from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
 from recluster.delta.storage import require_safe_commits, require_writable
 from recluster.engine.api import open_checked_table, selection_bounds
@@ -108,6 +111,7 @@ def write_task(
         storage_options=snapshot.storage_options,
         parquet=settings.merge.parquet,
         curve=CurveSpec.of(snapshot.key),
+        row_tracking=task_row_tracking(task, snapshot),
     )
     merge = settings.merge
     if task.bytes <= merge.in_process_max_bytes:
@@ -115,6 +119,17 @@ def write_task(
     if not needs_spark(task, settings):
         return merge_range_partitioned(task, spec, threads=merge.resolved_threads, spill_dir=merge.spill_dir)
     return execute_task(spark, task, spec, settings.spark.data_reader)
+
+
+def task_row_tracking(task: MergeTask, snapshot: TableSnapshot) -> RowTracking | None:
+    """The row ids a merge of `task` keeps (None: the table tracks none), from the log at the snapshot's version."""
+    if materialized_columns(snapshot.properties) is None:
+        return None
+    try:
+        state = replay_log(snapshot.uri, snapshot.storage_options, snapshot.version, with_row_ids=True)
+    except LogReplayError as error:
+        raise TableError(str(error)) from None
+    return row_tracking_for(snapshot.properties, [block.path for block in task.files], state.row_ids)
 
 
 def needs_spark(task: MergeTask, settings: Settings) -> bool:

@@ -58,6 +58,7 @@ def _input_spec(task: MergeTask, spec: OutputSpec) -> InputSpec:
         schema=spec.schema,
         deletion_vectors=tuple(block.deletion_vector for block in task.files),
         stored=spec.stored,
+        row_tracking=spec.row_tracking,
     )
 
 

@@ -38,6 +38,7 @@ from recluster.delta.column_mapping import (
     stored_table,
 )
 from recluster.delta.replay import read_deleted_positions
+from recluster.delta.row_tracking import RowTracking, with_row_tracking
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.settings import ParquetSettings
 from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, with_curve_column
@@ -216,6 +217,8 @@ class InputSpec:
     """Per path, its deletion vector: the rows it deletes are never read."""
     stored: pa.Schema | None = None
     """The schema as data files hold it under column mapping (physical names); None: as `schema`."""
+    row_tracking: RowTracking | None = None
+    """Row ids and commit versions to keep (`schema` then ends with the materialized columns)."""
 
 
 def read_data_files(spec: InputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -233,8 +236,11 @@ def read_data_files(spec: InputSpec, batches: Iterator[pa.RecordBatch]) -> Itera
                 stored = spec.stored or spec.schema
                 start = 0
                 for piece in parquet.iter_batches(columns=stored_columns(stored, parquet.schema_arrow.names)):
+                    first, start = start, start + piece.num_rows
+                    if spec.row_tracking is not None:  # before the vector's filter: ids count deleted rows
+                        piece = with_row_tracking(piece, spec.row_tracking, index, first)
                     if keep is not None:
-                        piece, start = piece.filter(pa.array(keep[start : start + piece.num_rows])), start + len(piece)
+                        piece = piece.filter(pa.array(keep[first:start]))
                     yield logical_batch(piece, spec.schema, stored)
 
 
@@ -276,6 +282,8 @@ class OutputSpec:
     """Output files of one sorted partition written at once (in the process; Spark tasks write one at a time)."""
     stored: pa.Schema | None = None
     """The schema as data files hold it under column mapping (physical names, field ids); None: as `schema`."""
+    row_tracking: RowTracking | None = None
+    """The inputs' row ids to keep: `schema` ends with the materialized row-id and row-commit-version columns."""
 
 
 def split_positions(column: pa.ChunkedArray | pa.Array, values: Sequence[Any]) -> list[int]:
@@ -401,13 +409,15 @@ def output_spec(
     storage_options: Mapping[str, str] | None = None,
     parquet: ParquetSettings | None = None,
     curve: CurveSpec | None = None,
+    row_tracking: RowTracking | None = None,
 ) -> OutputSpec:
     """What the writer needs for one task's outputs, wherever the kernel runs."""
+    schema = data_schema if row_tracking is None else pa.schema([*data_schema, *row_tracking.fields])
     return OutputSpec(
         table_root=table_root,
         storage_options=dict(storage_options or {}),
         directory=os.path.dirname(task.files[0].path),
-        schema=data_schema,
+        schema=schema,
         key=tuple(key),
         stats_columns=tuple(stats_columns(data_schema, properties)),
         output_level=task.output_level,
@@ -421,7 +431,8 @@ def output_spec(
         upper_run=task.upper_run,
         parquet=parquet or ParquetSettings(),
         curve=curve,
-        stored=stored_schema(data_schema, data_schema) if is_mapped(data_schema) else None,
+        stored=stored_schema(schema, schema) if is_mapped(data_schema) else None,
+        row_tracking=row_tracking,
     )
 
 

@@ -20,6 +20,7 @@ from recluster.core.selection.plan import MergeTask
 from recluster.delta.storage import executor_storage_options, file_location
 from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, curve_column
 from recluster.delta.column_mapping import is_mapped, stored_schema
+from recluster.delta.row_tracking import RowTracking
 from recluster.spark.kernel import InputSpec, OutputSpec, read_data_files, write_sorted_partition, written_files
 
 RESULT_SCHEMA = "path string, rows long, bytes long, stats string, level int"
@@ -77,11 +78,13 @@ def read_task_files(
     data_schema: pa.Schema,
     reader: DataReader,
     storage_options: Mapping[str, str],
+    row_tracking: RowTracking | None = None,
 ) -> Any:
     """A DataFrame of the task's rows (data columns only), read by Spark or by pyarrow.fs in Spark tasks."""
     spark_schema = _spark_schema(data_schema)
     with_vectors = any(block.has_deletion_vector for block in task.files)  # Spark's reader cannot apply them
-    mapped = is_mapped(data_schema)  # Spark's reader would look for the logical names in the files
+    # Spark's reader would look for logical names in the files, and cannot derive row ids
+    mapped = is_mapped(data_schema) or row_tracking is not None
     native = reader != "pyarrow" and not with_vectors and not mapped and spark_reads_natively(spark, table_root)
     if reader == "spark" and not native and not with_vectors and not mapped:
         raise TableError(
@@ -100,7 +103,8 @@ def read_task_files(
         paths=tuple(block.path for block in task.files),
         schema=arrow_schema,
         deletion_vectors=tuple(block.deletion_vector for block in task.files),
-        stored=stored_schema(arrow_schema, data_schema) if mapped else None,
+        stored=stored_schema(arrow_schema, data_schema) if is_mapped(data_schema) else None,
+        row_tracking=row_tracking,
     )
     slices = max(1, spark.sparkContext.defaultParallelism, math.ceil(task.bytes / READ_SPLIT_BYTES))
     indexes = spark.range(0, len(spec.paths), numPartitions=min(len(spec.paths), slices))
@@ -132,7 +136,9 @@ def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataRead
     `write_sorted_partition` on each sorted partition (mapInArrow). Nothing but the result rows reaches the driver."""
     spec = dataclasses.replace(spec, storage_options=executor_storage_options(spec.table_root, spec.storage_options))
     data_schema = spec.schema
-    frame = read_task_files(spark, task, spec.table_root, data_schema, reader, spec.storage_options)
+    frame = read_task_files(
+        spark, task, spec.table_root, data_schema, reader, spec.storage_options, spec.row_tracking
+    )
     # Columns travel by position under plain names: mapInArrow resolves a name with a dot as a nested field.
     positional = [f"_c{i}" for i in range(len(data_schema.names))]
     frame = frame.toDF(*positional)
