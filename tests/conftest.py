@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +39,18 @@ def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
     server = Referee(tmp_path_factory.mktemp("referee"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every table-feature recipe's table (tests/delta_spark_tables.py), made once by Delta Spark; tests copy them."""
+    from tests.delta_spark_tables import RECIPES, write_table
+
+    root = tmp_path_factory.mktemp("delta-spark-tables")
+    referee.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    for name, recipe in RECIPES.items():
+        write_table(referee, root / name, recipe)
+    return {name: root / name for name in RECIPES}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -6,10 +6,17 @@ about 10,000 rows in a few dozen files with random keys `a`, `b` (0..99,999), a 
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from deltalake import DeltaTable
+
+from recluster.settings import ClusteringSettings, Settings
 from tests.referee import Referee
+from tests.table_shapes import rows_digest
 
 ROWS_PER_INSERT = 2_500
 INSERTS = 4
@@ -124,3 +131,49 @@ def write_table(referee: Referee, location: Path, recipe: Recipe) -> str:
     for statement in recipe.after:
         referee.sql(statement.format(t=target, label=label))
     return target
+
+
+def settings_for(recipe: Recipe) -> Settings:
+    return Settings(clustering=ClusteringSettings(target_rows=recipe.target_rows))
+
+
+def copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def protocol(path: Path) -> tuple[Any, ...]:
+    table = DeltaTable(str(path))
+    found = table.protocol()
+    return (
+        found.min_reader_version,
+        found.min_writer_version,
+        sorted(found.reader_features or []),
+        sorted(found.writer_features or []),
+    )
+
+
+def rows(referee: Referee, path: Path, recipe: Recipe, version: int | None = None) -> tuple[int, str]:
+    """The multiset of rows Delta Spark reads; with row tracking each row's id and commit version too."""
+    source = f"delta.`{path}`" + ("" if version is None else f" VERSION AS OF {version}")
+    tracked = recipe.properties.get("delta.enableRowTracking") == "true"
+    extra = ", _metadata.row_id AS row_id, _metadata.row_commit_version AS row_commit_version" if tracked else ""
+    return rows_digest(referee.query(f"SELECT *{extra} FROM {source}"))
+
+
+def our_versions(path: Path, after: int) -> list[int]:
+    """The versions after `after` that recluster committed, each checked to rewrite only (dataChange=false)."""
+    versions = []
+    for log_file in sorted((path / "_delta_log").glob("*.json")):
+        if not log_file.stem.isdigit() or int(log_file.stem) <= after:
+            continue
+        actions = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        if info.get("recluster.producer") != "recluster":
+            continue
+        for action in actions:
+            for kind in ("add", "remove"):
+                if kind in action:
+                    assert action[kind]["dataChange"] is False, action
+        versions.append(int(log_file.stem))
+    return versions

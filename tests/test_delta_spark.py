@@ -7,9 +7,6 @@ RESTORE, VACUUM) exactly as on a copy that never saw recluster. The protocol is 
 
 from __future__ import annotations
 
-import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,69 +18,11 @@ from recluster.cli import main
 from recluster.core.optimizing import ProcessType
 from recluster.engine.optimizer import optimize_table
 from recluster.engine.rounds import recluster_table, snapshot_loader
-from recluster.settings import ClusteringSettings, Settings
-from tests.delta_spark_tables import KEY_DOMAIN, RECIPES, Recipe, write_table
+from tests.delta_spark_tables import KEY_DOMAIN, RECIPES, Recipe, copy, our_versions, protocol, rows, settings_for
 from tests.referee import Referee
 from tests.table_shapes import rows_digest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-def settings_for(recipe: Recipe) -> Settings:
-    return Settings(clustering=ClusteringSettings(target_rows=recipe.target_rows))
-
-
-@pytest.fixture(scope="module")
-def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """Every recipe's table, made once by Delta Spark; tests work on copies."""
-    root = tmp_path_factory.mktemp("delta-spark-tables")
-    referee.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
-    made = {}
-    for name, recipe in RECIPES.items():
-        write_table(referee, root / name, recipe)
-        made[name] = root / name
-    yield made
-
-
-def copy(source: Path, target: Path) -> Path:
-    shutil.copytree(source, target)
-    return target
-
-
-def protocol(path: Path) -> tuple[Any, ...]:
-    table = DeltaTable(str(path))
-    found = table.protocol()
-    return (
-        found.min_reader_version,
-        found.min_writer_version,
-        sorted(found.reader_features or []),
-        sorted(found.writer_features or []),
-    )
-
-
-def rows(referee: Referee, path: Path, recipe: Recipe, version: int | None = None) -> tuple[int, str]:
-    """The multiset of rows Delta Spark reads; with row tracking each row's id and commit version too."""
-    source = f"delta.`{path}`" + ("" if version is None else f" VERSION AS OF {version}")
-    tracked = recipe.properties.get("delta.enableRowTracking") == "true"
-    extra = ", _metadata.row_id AS row_id, _metadata.row_commit_version AS row_commit_version" if tracked else ""
-    return rows_digest(referee.query(f"SELECT *{extra} FROM {source}"))
-
-
-def our_versions(path: Path, after: int) -> list[int]:
-    """The versions after `after` that recluster committed, each checked to rewrite only (dataChange=false)."""
-    versions = []
-    for log_file in sorted((path / "_delta_log").glob("*.json")):
-        if not log_file.stem.isdigit() or int(log_file.stem) <= after:
-            continue
-        actions = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
-        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-        if info.get("recluster.producer") != "recluster":
-            continue
-        for action in actions:
-            for kind in ("add", "remove"):
-                if kind in action:
-                    assert action[kind]["dataChange"] is False, action
-        versions.append(int(log_file.stem))
-    return versions
 
 
 def rewrite_every_way(path: Path, spark: Any, recipe: Recipe) -> None:

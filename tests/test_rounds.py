@@ -295,9 +295,14 @@ def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
     assert run(evolved, spark, final=True).totals.tasks == 1
     assert row_multiset(DeltaTable(str(evolved)).to_pyarrow_table()) == expected
 
-    mapped = tmp_path / "mapped"
-    write_deltalake(str(mapped), pa.table({"k": [1, 2]}), configuration={"delta.columnMapping.mode": "name"})
-    with pytest.raises(TableError, match="column mapping mode 'name' is not supported"):
+    mapped = tmp_path / "mapped"  # column mapping on a partitioned table: partition values by physical names
+    write_deltalake(
+        str(mapped),
+        pa.table({"k": [1, 2], "p": [1, 1]}),
+        partition_by=["p"],
+        configuration={"delta.columnMapping.mode": "name"},
+    )
+    with pytest.raises(TableError, match="column mapping mode 'name' on a partitioned table is not supported"):
         read_snapshot(str(mapped), settings=SETTINGS, cluster_by=["k"])
 
 

@@ -243,7 +243,7 @@ def test_cluster_by_statement_keeps_the_protocol_of_a_reader3_writer7_table(tmp_
     assert DeltaTable(str(path)).metadata().configuration[CLUSTER_BY_PROPERTY] == "k"
 
 
-@pytest.mark.parametrize("feature", ["rowTracking", "icebergCompatV2", "clustering"])
+@pytest.mark.parametrize("feature", ["icebergCompatV1", "icebergCompatV2"])
 def test_unsupported_writer_features_are_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], feature: str
 ) -> None:

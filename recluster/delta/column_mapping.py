@@ -21,7 +21,7 @@ PARQUET_FIELD_ID = b"PARQUET:field_id"
 def stored_name(field: pa.Field) -> str:
     """The column's name in data files and stats: its physical name under column mapping."""
     metadata = field.metadata or {}
-    return metadata[PHYSICAL_NAME].decode() if PHYSICAL_NAME in metadata else field.name
+    return str(metadata[PHYSICAL_NAME].decode()) if PHYSICAL_NAME in metadata else str(field.name)
 
 
 def is_mapped(schema: pa.Schema) -> bool:
@@ -89,5 +89,7 @@ def stored_table(table: pa.Table, stored: pa.Schema) -> pa.Table:
 def stored_stats(stats: dict[str, Any], schema: pa.Schema, stored: pa.Schema) -> dict[str, Any]:
     """Delta stats of a file keyed by the stored column names (Delta reads them so under column mapping)."""
     names = {field.name: kept.name for field, kept in zip(schema, stored, strict=True)}
-    return {k: {names.get(c, c): v for c, v in value.items()} if isinstance(value, dict) else value
-            for k, value in stats.items()}
+    return {
+        k: {names.get(c, c): v for c, v in value.items()} if isinstance(value, dict) else value
+        for k, value in stats.items()
+    }

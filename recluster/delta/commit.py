@@ -30,7 +30,6 @@ from recluster.delta.row_tracking import assign_row_ids
 from recluster.delta.storage import commit_safety_problem, remove_stored_files
 from recluster.settings import CommitSettings
 
-
 LIQUID_PROVIDER = "liquid"
 """The `clusteringProvider` Delta liquid clustering gives the files it clustered (Delta Spark's OPTIMIZE writes it)."""
 

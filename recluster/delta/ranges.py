@@ -86,6 +86,8 @@ def sample_range_bounds(
             bounds.append(())
             continue
         widest = pa.unify_schemas([pa.schema([("v", v.type)]) for v in values], promote_options="permissive")
-        sample = pa.chunked_array([c.cast(widest.field(0).type) for v in values for c in v.chunks], widest.field(0).type)
+        sample = pa.chunked_array(
+            [c.cast(widest.field(0).type) for v in values for c in v.chunks], widest.field(0).type
+        )
         bounds.append(tuple(bound_to_json(v, column) for v in sample_quantile_bounds(sample, ranges)))
     return RangeBounds(key.names, tuple(bounds))

@@ -106,7 +106,9 @@ def _read_parquet(filesystem: pafs.FileSystem, location: str, with_files: bool) 
         if with_files and "add" in present:
             add_fields = {f.name for f in parquet.schema_arrow.field("add").type}
             wanted += [
-                f"add.{f}" for f in ("path", "deletionVector", "baseRowId", "defaultRowCommitVersion") if f in add_fields
+                f"add.{f}"
+                for f in ("path", "deletionVector", "baseRowId", "defaultRowCommitVersion")
+                if f in add_fields
             ]
         if not wanted:
             return

@@ -118,7 +118,9 @@ def liquid_clustering_columns(
     names = []
     for path in paths:
         if len(path) != 1 or path[0] not in logical:
-            raise TableError(f"liquid clustering column {'.'.join(path)!r} is nested or unknown; cluster by top-level columns")
+            raise TableError(
+                f"liquid clustering column {'.'.join(path)!r} is nested or unknown; cluster by top-level columns"
+            )
         names.append(logical[path[0]])
     return tuple(names)
 

@@ -16,12 +16,12 @@ from enum import StrEnum
 from typing import Any
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block, WrittenFile, new_run_id
+from recluster.core.errors import TableError
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan
-from recluster.core.errors import TableError
 from recluster.delta.commit import LIQUID_PROVIDER, commit_task
 from recluster.delta.replay import LogReplayError, replay_log
 from recluster.delta.row_tracking import RowTracking, materialized_columns, row_tracking_for

@@ -17,10 +17,10 @@ import pyarrow as pa
 from recluster.core.blocks import WrittenFile
 from recluster.core.errors import TableError
 from recluster.core.selection.plan import MergeTask
-from recluster.delta.storage import executor_storage_options, file_location
-from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, curve_column
 from recluster.delta.column_mapping import is_mapped, stored_schema
 from recluster.delta.row_tracking import RowTracking
+from recluster.delta.storage import executor_storage_options, file_location
+from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, curve_column
 from recluster.spark.kernel import InputSpec, OutputSpec, read_data_files, write_sorted_partition, written_files
 
 RESULT_SCHEMA = "path string, rows long, bytes long, stats string, level int"
@@ -136,9 +136,7 @@ def execute_task(spark: Any, task: MergeTask, spec: OutputSpec, reader: DataRead
     `write_sorted_partition` on each sorted partition (mapInArrow). Nothing but the result rows reaches the driver."""
     spec = dataclasses.replace(spec, storage_options=executor_storage_options(spec.table_root, spec.storage_options))
     data_schema = spec.schema
-    frame = read_task_files(
-        spark, task, spec.table_root, data_schema, reader, spec.storage_options, spec.row_tracking
-    )
+    frame = read_task_files(spark, task, spec.table_root, data_schema, reader, spec.storage_options, spec.row_tracking)
     # Columns travel by position under plain names: mapInArrow resolves a name with a dot as a nested field.
     positional = [f"_c{i}" for i in range(len(data_schema.names))]
     frame = frame.toDF(*positional)

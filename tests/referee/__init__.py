@@ -100,7 +100,7 @@ class Referee:
         return answer["rows"], int(answer["files"])
 
     def stream(self, table: str | Path, checkpoint: Path, sink: Path, **options: str) -> pa.Table:
-        """A Delta streaming read of everything available since the checkpoint, appended to `sink`; all the sink holds."""
+        """A Delta streaming read of everything new since the checkpoint, appended to `sink`; all the sink holds."""
         self.request(op="stream", table=str(table), checkpoint=str(checkpoint), out=str(sink), options=options)
         files = sorted(sink.glob("*.parquet"))
         return pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table({})

@@ -2,10 +2,13 @@
 (`./dev referee` makes both), serving requests from the tests as JSON lines on stdin/stdout.
 
 It imports nothing of recluster's: it is the protocol's reference implementation reading and writing the tables
-recluster rewrites. Requests: {"op": "sql", "sql": ...}; {"op": "read", "table" or "sql": ..., "out": ...} (a table's
-or a query's rows to a Parquet file); {"op": "stream", "table": ..., "checkpoint": ..., "out": ...} (a Delta streaming read, all
-available data, appended to a Parquet sink); {"op": "scan", "sql": ...} (the query's rows and the files its scans
-read after data skipping). Each answer is one line: {"ok": true, ...} or {"ok": false, "error": ...}.
+recluster rewrites. Requests, one JSON object a line:
+- {"op": "sql", "sql": ...}: the statement's rows;
+- {"op": "read", "table" or "sql": ..., "out": ...}: a table's or a query's rows to a Parquet file;
+- {"op": "stream", "table": ..., "checkpoint": ..., "out": ...}: a Delta streaming read of all available data,
+  appended to a Parquet sink;
+- {"op": "scan", "sql": ...}: the query's rows and the files its scans read after data skipping.
+Each answer is one line: {"ok": true, ...} or {"ok": false, "error": ...}.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ def session(jars_dir: str) -> SparkSession:
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.adaptive.enabled", "false")  # the scan's metrics stay on the plan that ran
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")  # VACUUM lists in 2 tasks, not 10,000: 34 s -> 3 s
+        .config(
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism", "2"
+        )  # VACUUM lists in 2 tasks, not 10,000: 34 s -> 3 s
         .config("spark.driver.memory", "1g")
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("REFEREE_WORK", "/tmp"), "warehouse"))
         .getOrCreate()

@@ -28,7 +28,10 @@ def make_tables(root: Path) -> dict[str, Path]:
             )
         set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     write_deltalake(
-        str(mapped), pa.table({"k": pa.array([1, 2], pa.int64())}), configuration={"delta.columnMapping.mode": "name"}
+        str(mapped),
+        pa.table({"k": pa.array([1, 2], pa.int64()), "p": [1, 1]}),
+        partition_by=["p"],
+        configuration={"delta.columnMapping.mode": "name"},
     )
     blocker = root / "blocker"
     blocker.write_text("a file, not a directory")
@@ -51,7 +54,7 @@ def cases(t: dict[str, Path]) -> dict[str, tuple[list[str], str]]:
         "info-missing-table": (["info", missing], "is not a Delta table"),
         "info-unknown-key": (["info", good, "--cluster-by", "nope"], "unknown key column 'nope'"),
         "info-unknown-partition": (["info", good, "--partition", "nope=1"], "unknown partition column 'nope'"),
-        "info-column-mapping": (["info", mapped, "--cluster-by", "k"], "column mapping mode 'name' is not supported"),
+        "info-column-mapping": (["info", mapped, "--cluster-by", "k"], "column mapping mode 'name' on a partitioned"),
         "info-yaml-wrong-type": (["info", good, "--config", str(root / "types.yaml")], "clustering.target_rows"),
         "info-yaml-tables-not-list": (["info", good, "--config", str(root / "tables.yaml")], "tables"),
         "info-yaml-top-level-list": (["info", good, "--config", str(root / "list.yaml")], "list.yaml"),
