@@ -90,6 +90,8 @@ RECIPES = {
             extra_columns=", dropped STRING",
             between=("ALTER TABLE {t} RENAME COLUMN s TO label", "ALTER TABLE {t} DROP COLUMN dropped"),
             label="label",
+            key=("a", "b"),  # a Hilbert curve: its range bounds are sampled from the files by physical names
+            target_rows=150,
         ),
         Recipe("liquid-clustering", clauses="CLUSTER BY (a, b)", key=None, target_rows=150),
         Recipe("row-tracking", {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": "true"}, after=DML),
