@@ -1,4 +1,5 @@
-"""Tables as Delta Spark 4.4 writes them, one per table feature, made by the referee (tests/referee) with SQL only.
+"""Tables as Delta Spark 4.4 writes them, with every table feature of issue 31, made by the referee (tests/referee)
+with SQL only.
 
 Every table has the change data feed on (so `table_changes` can show what our commits changed: nothing) and holds
 about 10,000 rows in a few dozen files with random keys `a`, `b` (0..99,999), a string and a timestamp.
@@ -58,34 +59,41 @@ DML = (
 RECIPES = {
     recipe.name: recipe
     for recipe in (
-        Recipe("deletion-vectors", {"delta.enableDeletionVectors": "true"}, after=DML),
-        Recipe("change-data-feed", after=DML[1:2]),
-        Recipe("in-commit-timestamps", {"delta.enableInCommitTimestamps": "true"}),
+        # Features combine as on current Delta/Databricks tables: seven tables cover every feature of issue 31.
         Recipe(
-            "v2-checkpoints",
-            {"delta.checkpointPolicy": "v2", "delta.checkpointInterval": "2", "delta.enableDeletionVectors": "true"},
-            after=DML[:1],
+            "deletion-vectors-cdf-ict-v2-checkpoints",
+            {
+                "delta.enableDeletionVectors": "true",
+                "delta.enableInCommitTimestamps": "true",
+                "delta.checkpointPolicy": "v2",
+                "delta.checkpointInterval": "2",
+            },
+            after=DML,
         ),
         Recipe(
-            "identity-and-generated-columns",
+            "identity-generated-check-constraint",
             extra_columns=", id BIGINT GENERATED ALWAYS AS IDENTITY, day DATE GENERATED ALWAYS AS (CAST(ts AS DATE))",
+            between=("ALTER TABLE {t} ADD CONSTRAINT a_in_domain CHECK (a >= 0)",),
         ),
-        Recipe("check-constraints", between=("ALTER TABLE {t} ADD CONSTRAINT a_in_domain CHECK (a >= 0)",)),
         Recipe(
             "generated-partition-column",
             extra_columns=", day DATE GENERATED ALWAYS AS (CAST(ts AS DATE))",
             clauses="PARTITIONED BY (day)",
         ),
         Recipe(
-            "column-mapping-name",
-            {"delta.columnMapping.mode": "name", "delta.enableDeletionVectors": "true"},
+            "column-mapping-name-row-tracking",
+            {
+                "delta.columnMapping.mode": "name",
+                "delta.enableRowTracking": "true",
+                "delta.enableDeletionVectors": "true",
+            },
             extra_columns=", dropped STRING",
             between=("ALTER TABLE {t} RENAME COLUMN s TO label", "ALTER TABLE {t} DROP COLUMN dropped"),
-            after=DML[:1],
+            after=DML,
             label="label",
         ),
         Recipe(
-            "column-mapping-id",
+            "column-mapping-id-hilbert",
             {"delta.columnMapping.mode": "id"},
             extra_columns=", dropped STRING",
             between=("ALTER TABLE {t} RENAME COLUMN s TO label", "ALTER TABLE {t} DROP COLUMN dropped"),
@@ -93,8 +101,14 @@ RECIPES = {
             key=("a", "b"),  # a Hilbert curve: its range bounds are sampled from the files by physical names
             target_rows=150,
         ),
-        Recipe("liquid-clustering", clauses="CLUSTER BY (a, b)", key=None, target_rows=150),
-        Recipe("row-tracking", {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": "true"}, after=DML),
+        Recipe(
+            "liquid-clustering",
+            {"delta.enableDeletionVectors": "true"},
+            clauses="CLUSTER BY (a, b)",
+            after=DML[:1],
+            key=None,
+            target_rows=150,
+        ),
         Recipe(
             "type-widening",
             {"delta.enableTypeWidening": "true"},
