@@ -31,11 +31,22 @@ APPEND = (
 )
 
 
-def test_the_job_reclusters_every_feature_table_while_delta_spark_appends(
+JOB_TABLES = (
+    "deletion-vectors-cdf-ict-v2-checkpoints",
+    "column-mapping-name-row-tracking",
+    "column-mapping-id-hilbert",
+    "liquid-clustering",
+    "type-widening",
+)
+"""The tables the job watches at once: every feature but those of the plain tables (identity, generated and CHECK
+columns; a generated partition column), which the other suite takes through the same code."""
+
+
+def test_the_job_reclusters_the_feature_tables_while_delta_spark_appends(
     sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path
 ) -> None:
-    tables = {name: copy(sources[name], tmp_path / name) for name in RECIPES}
-    shadows = {name: copy(sources[name], tmp_path / f"{name}-shadow") for name in RECIPES}
+    tables = {name: copy(sources[name], tmp_path / name) for name in JOB_TABLES}
+    shadows = {name: copy(sources[name], tmp_path / f"{name}-shadow") for name in JOB_TABLES}
     before = {name: protocol(path) for name, path in tables.items()}
     start = {name: int(referee.history(path)[0]["version"]) for name, path in tables.items()}
     settings = Settings(
@@ -51,7 +62,7 @@ def test_the_job_reclusters_every_feature_table_while_delta_spark_appends(
     query, handler = start_job(spark, settings, settings.tables)
     try:
         for batch in range(2):
-            for name in RECIPES:
+            for name in JOB_TABLES:
                 for path in (tables[name], shadows[name]):
                     statement = APPEND.format(
                         t=f"delta.`{path}`", label=RECIPES[name].label, low=batch * 100, high=(batch + 1) * 100

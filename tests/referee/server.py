@@ -34,8 +34,12 @@ def session(jars_dir: str) -> SparkSession:
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.databricks.delta.snapshotPartitions", "1")
+        # small tables, many statements: fewer tasks, no .crc files, no MERGE source copy, no code generation
+        .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
+        .config("spark.databricks.delta.merge.materializeSource", "none")
+        .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.adaptive.enabled", "false")  # the scan's metrics stay on the plan that ran
         .config("spark.sql.session.timeZone", "UTC")
         .config(
