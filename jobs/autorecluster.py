@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +17,7 @@ from recluster.core.errors import TableError
 from recluster.delta.storage import normalize_uri, require_writable
 from recluster.engine.handler import ReclusterHandler
 from recluster.settings import Settings, TableSettings
-from triggers.delta_log import SOURCE_NAME, DeltaLogSource
+from triggers.delta_log import SOURCE_NAME, DeltaLogSource, table_version
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
 from triggers.kafka_commits import KafkaCommitsSource
 
@@ -28,6 +29,19 @@ def check_checkpoint_location(location: str) -> None:
     require_writable(location, "checkpoint location", create=True)
 
 
+def starting_versions(tables: Sequence[TableSettings], settings: Settings) -> dict[str, str | int]:
+    """Per table, the version the Delta-log source starts after when the checkpoint has none: `latest` is pinned
+    here, as the job starts (the source would otherwise fix it at its first trigger, seconds later, and a commit
+    made in between would wait for the next one)."""
+    starting = str(settings.stream.starting_version)
+    pinned: dict[str, str | int] = {}
+    for table in tables:
+        uri = normalize_uri(table.uri)
+        current = table_version(uri, {**settings.storage_options, **table.storage_options})
+        pinned[uri] = current if starting == "latest" and current is not None else starting
+    return pinned
+
+
 def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:
     """Start the streaming query; returns it with its handler (for status and graceful stops)."""
     if not tables and settings.stream.source != "kafka":
@@ -35,6 +49,7 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
     stream = settings.stream
     check_checkpoint_location(stream.checkpoint_location)
     handler = ReclusterHandler(settings, tables, spark)
+    threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
     if stream.source == "kafka":
         kafka = settings.kafka
         spark.dataSource.register(KafkaCommitsSource)
@@ -51,7 +66,7 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
         reader = (
             spark.readStream.format(SOURCE_NAME)
             .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
-            .option("startingVersion", str(stream.starting_version))
+            .option("startingVersion", json.dumps(starting_versions(tables, settings)))
             .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
             .option("storageOptions", json.dumps(dict(settings.storage_options)))
             .option("tableStorageOptions", json.dumps({normalize_uri(t.uri): t.storage_options for t in tables}))

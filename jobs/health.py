@@ -4,7 +4,8 @@ A stdlib `ThreadingHTTPServer` in a daemon thread, started by `recluster watch -
 
 - `/healthz` (liveness): 200 while the streaming query is active and made progress (a micro-batch finished, or
   Spark reported an idle trigger) within `http.progress_timeout_seconds`; else 503 with the reason.
-- `/readyz` (readiness): 200 once the query is active and its first trigger completed.
+- `/readyz` (readiness): 200 once the query is active, its first trigger completed and every watched table was
+  loaded (or its error published).
 - `/metrics`: Prometheus text from a dedicated registry; a collector reads the handler's per-table status at
   scrape time (levels, depth, totals since the job started, commit lag).
 - `/status`: JSON of every table's status.
@@ -121,6 +122,8 @@ class JobProbe:
             return False, reason
         if self.last_progress_time() is None:
             return False, "waiting for the first trigger"
+        if self.handler is not None and not self.handler.loaded.is_set():
+            return False, "loading the watched tables"
         return True, "ok"
 
     def commit_lag(self, uri: str) -> int | None:

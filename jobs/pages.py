@@ -308,7 +308,15 @@ def job_views(handler: Any, only: str | None = None) -> list[TableView]:
                 if attempt == 2:
                     raise
         views.append(table_view(snapshot, handler.settings, handler.history, status.error if status else None))
-    return views
+    for uri, status in list(handler.status.items()):  # tables the job could not load: their error
+        if uri not in handler.tracked and status.error and (only is None or uri == only):
+            views.append(error_view(uri, status.error))
+    return sorted(views, key=lambda view: view.uri)
+
+
+def error_view(uri: str, error: str) -> TableView:
+    """A table that could not be read (missing, no cluster key, an unsupported feature): its error alone."""
+    return TableView(uri, {"table": uri, "state": "error", "error": error}, "-", "-", 0, (), {}, {}, error=error)
 
 
 def snapshot_views(
@@ -324,7 +332,7 @@ def snapshot_views(
         try:
             snapshot = read_snapshot(uri, settings=settings, keyless=True)
         except TableError as error:
-            views.append(TableView(uri, {"table": uri, "state": "error"}, "-", "-", 0, (), {}, {}, error=str(error)))
+            views.append(error_view(uri, str(error)))
             continue
         views.append(table_view(snapshot, settings, history))
     return views

@@ -120,6 +120,7 @@ def test_a_job_on_300_idle_tables_lists_them_from_the_start_and_sees_an_append_r
         assert "no cluster key" in (listed[str(keyless)]["error"] or "")
         assert all(listed[str(t)]["files"] >= 1 and listed[str(t)]["error"] is None for t in tables)
         assert len(api("/status")["tables"]) == 301
+
         def version_of(table: Path) -> int:
             return int(next(s["version"] for s in api("/status")["tables"] if s["table"] == str(table)))
 

@@ -82,7 +82,12 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         self.tables = [normalize_uri(t) for t in json.loads(options.get("tables", "[]"))]
         if not self.tables:
             raise ValueError(f"{SOURCE_NAME}: option 'tables' must be a JSON list of table URIs")
-        self.starting = options.get("startingVersion", "latest")
+        starting = json.loads(options.get("startingVersion", '"latest"'))
+        self.starting: dict[str, str | int] = (
+            {table: starting for table in self.tables} if not isinstance(starting, dict) else starting
+        )
+        """Per table: "latest", "earliest", a version to start at, or (pinned by the job) the version to start
+        after."""
         self.max_commits = int(options.get("maxCommitsPerBatch", "1000"))
         common: dict[str, str] = json.loads(options.get("storageOptions", "{}"))
         per_table: dict[str, dict[str, str]] = json.loads(options.get("tableStorageOptions", "{}"))
@@ -91,16 +96,20 @@ class DeltaLogStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, Any]:
         versions = {}
         for table in self.tables:
+            starting = self.starting.get(table, "latest")
+            if isinstance(starting, int):  # pinned when the job started
+                versions[table] = starting
+                continue
             current = table_version(table, self.storage_options[table])
             if current is None:
                 log.warning("delta-log source: table %s does not exist yet; watching for it", table)
                 versions[table] = -1
-            elif self.starting == "latest":
+            elif starting == "latest":
                 versions[table] = current
-            elif self.starting == "earliest":
+            elif starting == "earliest":
                 versions[table] = -1
             else:
-                versions[table] = min(int(self.starting) - 1, current)
+                versions[table] = min(int(starting) - 1, current)
         return {"tables": versions}
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -25,7 +25,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from jobs.autorecluster import start_job
-    from recluster.engine.demo import append_demo_batch
+    from recluster.delta.storage import normalize_uri
+    from recluster.engine.demo import append_demo_batch, history_totals
     from recluster.spark.session import spark_session
 
     if args.rows < 1 or args.target_rows < 1 or args.seconds <= 0 or args.interval <= 0:
@@ -52,6 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"demo table {table}: appending {args.rows:,} random-key rows every {args.interval}s")
     spark = spark_session(settings.spark)
     query, handler = start_job(spark, settings, settings.tables)
+    watched = normalize_uri(table)  # the job keys its tables by normalized URI (a relative path is made absolute)
     appended = [1]
     stop_writer = threading.Event()
 
@@ -66,7 +68,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with Live(console=console, auto_refresh=False, transient=not console.is_terminal) as live:
 
         def tick() -> None:
-            status = handler.status.get(table)
+            status = handler.status.get(watched)
             live.update(render_status(status, appended[0], time.monotonic() - started), refresh=True)
 
         try:
@@ -74,14 +76,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         finally:
             stop_writer.set()
             thread.join()
-    result = table_info(table, settings=settings)
-    status = handler.status.get(table)
+    result = table_info(table, settings=settings)  # the summary: from the table's log, its whole history
+    bytes_appended, bytes_written, merges = history_totals(table, options)
     summary: dict[str, Any] = {
         "appends": appended[0],
         "rows": result.info.table.total_rows,
-        "merges": status.tasks if status else 0,
-        "bytes_appended": status.bytes_appended if status else 0,
-        "bytes_written": status.bytes_written if status else 0,
+        "merges": merges,
+        "bytes_appended": bytes_appended,
+        "bytes_written": bytes_written,
         "info": result.to_dict(),
     }
     if args.json:

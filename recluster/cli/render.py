@@ -45,6 +45,14 @@ def render_info(result: TableInfo, console: Console) -> None:
     for level, metrics in info.levels.items():
         grid.add_row(*metrics_row(f"level {level}", metrics))
     console.print(grid)
+    unclustered, total = info.table.unclustered_block_count, info.table.total_block_count
+    if unclustered:
+        why = "are not on the key's curve yet" if snapshot.key.on_curve else "have no usable stats for a key column"
+        console.print(
+            f"{unclustered:,} of {total:,} files {why} (unclust): the depth and overlap figures above leave them "
+            f"out; `recluster run --final` (or the job, over time) merges them",
+            markup=False,
+        )
     if snapshot.key.on_curve:
         bounds = snapshot.key.bounds
         console.print(

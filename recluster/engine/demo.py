@@ -11,7 +11,9 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 
 from recluster.core.errors import TableError, first_line
+from recluster.delta.log import PRODUCER, read_commits
 from recluster.delta.log_writer import set_table_properties
+from recluster.delta.snapshot import open_table
 from recluster.settings import CLUSTER_BY_PROPERTY
 
 DEMO_KEY = "event_id"
@@ -47,3 +49,15 @@ def append_demo_batch(
         raise TableError(f"cannot write the demo table {location}: {first_line(error)}") from None
     if create:
         set_table_properties(location, {CLUSTER_BY_PROPERTY: DEMO_KEY}, options)
+
+
+def history_totals(location: str, storage_options: Mapping[str, str] | None = None) -> tuple[int, int, int]:
+    """(bytes the writers appended, bytes recluster wrote, recluster commits) over the table's whole log: the
+    demo's summary from the table's history, whenever the job started."""
+    appended = written = merges = 0
+    for entry in read_commits(location, 0, open_table(location, storage_options).version(), storage_options):
+        if entry.producer == PRODUCER:  # a rewrite (its property commits add no file)
+            written, merges = written + entry.bytes_added, merges + bool(entry.adds)
+        else:
+            appended += entry.bytes_added
+    return appended, written, merges

@@ -92,9 +92,39 @@ class ReclusterHandler:
         self.history_maintained = 0.0
         self.last_batch_time: float | None = None
         """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
+        self.loaded = threading.Event()
+        """Set once every configured table was loaded (or its error published) by `load_tables`."""
 
     def options(self, uri: str) -> dict[str, str]:
         return dict(table_storage_options(self.settings, self.configured.get(uri)))
+
+    def load_tables(self) -> None:
+        """Load every configured table's state and publish its status (a table that cannot be loaded: its
+        error), so that the page, the API and the metrics list every table from the job's start, not from its
+        first commit. Runs in the background: a micro-batch loads a table it needs itself, never waiting."""
+        try:
+            for uri in list(self.configured):
+                if self.stopping.is_set():
+                    return
+                if uri in self.tracked:
+                    continue
+                try:
+                    tracked = self._track(uri, None)
+                except TableError as error:
+                    if uri not in self.status:
+                        self._publish(TableStatus(uri, -1, (), 1.0, error=str(error)))
+                    log.error("recluster table=%s reason=table_error error=%s", uri, error)
+                    continue
+                with self.lock:
+                    if uri in self.tracked:  # a micro-batch loaded it meanwhile, maybe at a newer version
+                        continue
+                    self.tracked[uri] = tracked
+                    config = self._config(tracked)
+                    record = self._decide(tracked, config, None, "loaded") if config is not None else None
+                if record is not None:
+                    self._publish_records([record])
+        finally:
+            self.loaded.set()
 
     def _track(self, uri: str, version: int | None) -> TrackedTable:
         """State at `version` (None: latest) from the snapshot; the key comes from config or the table."""

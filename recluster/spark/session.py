@@ -67,16 +67,23 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
         "spark.scheduler.mode": "FAIR",
-        **({"spark.scheduler.allocation.file": fair_scheduler_pools(pools)} if pools else {}),
         **settings.conf,
     }
-    if SparkContext._gateway is None:
-        spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
-        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
-        SparkContext._ensure_initialized(gateway=gateway)
-    builder = SparkSession.builder
-    for name, value in conf.items():
-        builder = builder.config(name, value)
-    session = builder.getOrCreate()
+    pools_file = fair_scheduler_pools(pools) if pools else None
+    if pools_file is not None:
+        conf["spark.scheduler.allocation.file"] = pools_file
+    try:
+        if SparkContext._gateway is None:
+            spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+            popen = {"start_new_session": True}
+            gateway = launch_gateway(spark_conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+            SparkContext._ensure_initialized(gateway=gateway)
+        builder = SparkSession.builder
+        for name, value in conf.items():
+            builder = builder.config(name, value)
+        session = builder.getOrCreate()
+    finally:
+        if pools_file is not None:  # read once, when the SparkContext starts: nothing left in the temp dir
+            Path(pools_file).unlink(missing_ok=True)
     session.sparkContext.setLogLevel(settings.log_level)
     return session
