@@ -42,6 +42,8 @@ class TableView:
     column_scan: dict[str, float]
     processes: tuple[ProcessRecord, ...] = ()
     error: str | None = None
+    unclustered: int = 0
+    """Files the depth figures leave out: no usable stats for a key column, or not on the key's curve yet."""
 
     @property
     def name(self) -> str:
@@ -57,6 +59,7 @@ class TableView:
             "key": self.key,
             "policy": self.policy,
             "files": self.files,
+            "unclustered_files": self.unclustered,
             "levels": list(self.levels),
             "depth_histogram": self.histogram,
             "column_scan": self.column_scan,
@@ -103,6 +106,7 @@ def table_view(
         column_scan=dict(info.column_scan),
         processes=processes,
         error=error,
+        unclustered=info.table.unclustered_block_count,
     )
 
 
@@ -244,6 +248,11 @@ def render_table(view: TableView) -> str:
         ["policy", _e(view.policy)],
         ["average depth", f'<span class="depth">{_number(status.get("average_depth"), 3)}</span>'],
         ["files", f'<span class="files">{view.files}</span>'],
+        *(
+            [["files the depth leaves out", f'<span class="unclustered">{view.unclustered}</span>']]
+            if view.unclustered
+            else []
+        ),
         ["quota / occupation", f"{_e(status.get('quota'))} / {_number(status.get('quota_occupation'), 3)}"],
         ["pending", _e(status.get("pending") or ("recluster" if status.get("recluster_pending") else "-"))],
         *(

@@ -21,6 +21,8 @@ import pytest
 import yaml
 from deltalake import write_deltalake
 
+from jobs.pages import render_table, snapshot_views
+from recluster.settings import Settings, TableSettings
 from tests.helpers import append_random, cli_environment, run_cli, stop_watch, wait_for
 
 pytestmark = pytest.mark.slow
@@ -45,6 +47,9 @@ def test_info_says_how_many_files_its_depth_leaves_out(tmp_path: Path) -> None:
     assert "4 of 4 files are not on the key's curve yet" in result.stdout, result.stdout
     linear = run_cli("info", table, check=True)  # CLUSTER BY (k): every append has stats, none left out
     assert "files are not on" not in linear.stdout and "no usable stats" not in linear.stdout
+    settings = Settings(tables=[TableSettings(uri=str(table), cluster_by=["k", "batch"])])
+    (view,) = snapshot_views([str(table)], settings, None)  # the status page and /api/tables say it too
+    assert view.to_dict()["unclustered_files"] == 4 and "files the depth leaves out" in render_table(view)
 
 
 def test_commands_leave_nothing_in_the_temp_dir_or_the_working_directory(tmp_path: Path) -> None:

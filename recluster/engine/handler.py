@@ -103,16 +103,13 @@ class ReclusterHandler:
         error), so that the page, the API and the metrics list every table from the job's start, not from its
         first commit. Runs in the background: a micro-batch loads a table it needs itself, never waiting."""
         try:
-            for uri in list(self.configured):
+            for uri in [u for u in self.configured if u not in self.tracked]:
                 if self.stopping.is_set():
                     return
-                if uri in self.tracked:
-                    continue
                 try:
                     tracked = self._track(uri, None)
                 except TableError as error:
-                    if uri not in self.status:
-                        self._publish(TableStatus(uri, -1, (), 1.0, error=str(error)))
+                    self.status.setdefault(uri, TableStatus(uri, -1, (), 1.0, error=str(error)))
                     log.error("recluster table=%s reason=table_error error=%s", uri, error)
                     continue
                 with self.lock:
@@ -120,9 +117,8 @@ class ReclusterHandler:
                         continue
                     self.tracked[uri] = tracked
                     config = self._config(tracked)
-                    record = self._decide(tracked, config, None, "loaded") if config is not None else None
-                if record is not None:
-                    self._publish_records([record])
+                    records = [self._decide(tracked, config, None, "loaded")] if config is not None else []
+                self._publish_records(records)
         finally:
             self.loaded.set()
 
