@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -533,6 +534,7 @@ class FakeHandler:
         self.status: dict[str, TableStatus] = {}
         self.tracked: dict[str, Any] = {}
         self.last_batch_time: float | None = None
+        self.loaded = threading.Event()
 
     def options(self, uri: str) -> dict[str, str]:
         return {}
@@ -558,6 +560,8 @@ def test_probe_logic_without_spark():
     now[0] += 61
     assert probe.health() == (False, "no first trigger for 61s (timeout 60s)")
     query.lastProgress = {"timestamp": "1970-01-12T13:47:00.000Z"}  # 1_000_020 s after the epoch
+    assert probe.ready() == (False, "loading the watched tables") and probe.health()[0]
+    handler.loaded.set()
     assert probe.ready() == (True, "ok") and probe.health()[0]
     handler.last_batch_time = now[0] - 100
     now[0] += 40
