@@ -84,7 +84,7 @@ class DeltaLogStreamReader(DataSourceStreamReader):
             raise ValueError(f"{SOURCE_NAME}: option 'tables' must be a JSON list of table URIs")
         starting = json.loads(options.get("startingVersion", '"latest"'))
         self.starting: dict[str, str | int] = (
-            {table: starting for table in self.tables} if not isinstance(starting, dict) else starting
+            dict.fromkeys(self.tables, starting) if not isinstance(starting, dict) else starting
         )
         """Per table: "latest", "earliest", a version to start at, or (pinned by the job) the version to start
         after."""
