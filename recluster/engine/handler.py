@@ -115,6 +115,7 @@ class ReclusterHandler:
                 with self.lock:
                     if uri in self.tracked:  # a micro-batch loaded it meanwhile, maybe at a newer version
                         continue
+                    tracked.pending = True  # commits it holds may not reach a micro-batch as new: plan once
                     self.tracked[uri] = tracked
                     config = self._config(tracked)
                     records = [self._decide(tracked, config, None, "loaded")] if config is not None else []
