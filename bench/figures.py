@@ -1,4 +1,5 @@
-"""The pieces every README figure is made of: the newest results file of a benchmark, and one formatting rule."""
+"""The pieces every figure of the README and the docs is made of: the newest results file of a benchmark, and one
+formatting rule."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-README = ROOT / "README.md"
 MB = 1_000_000
 
 Json = dict[str, Any]

@@ -1,9 +1,11 @@
-"""Writes the README's measured figures from bench/results/*.json: `python -m bench.readme_figures [--check]`.
+"""Writes the figures of README.md and docs/ from bench/results/*.json: `python -m bench.readme_figures [--check]`.
 
-Hand-typed figures drift from what the benchmarks measured, so every figure in README.md sits between
-`<!-- figures:NAME -->` and `<!-- /figures:NAME -->` and is generated here from the newest results file of its
-benchmark (by the date in the file name). Without `--check` README.md is rewritten in place; with `--check` the
-command prints a diff and exits 1 when README.md differs from what it would write (tests/test_readme_figures.py).
+Hand-typed figures drift from what the benchmarks measured, so every figure sits between `<!-- figures:NAME -->` and
+`<!-- /figures:NAME -->` in whichever Markdown file holds it (README.md or docs/**/*.md, each block in exactly one)
+and is generated here from the newest results file of its benchmark (by the date in the file name); the pictures
+(`bench.depth_figure.PICTURES`) are SVG files written the same way. Without `--check` the files are rewritten in
+place; with `--check` the command prints a diff and exits 1 when any differs from what it would write
+(tests/test_readme_figures.py, `./dev docs`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench.depth_figure import PICTURES, picture
 from bench.figures import (
     BLOCK,
     MB,
     NO_BREAKS,
     OPENING,
-    README,
     RESULTS,
+    ROOT,
     WIDTH,
     Json,
     Results,
@@ -362,14 +365,16 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "absorb-presets": absorb_presets,
     "absorb-time": absorb_time,
     "memory": memory,
+    "depth-picture": picture("docs/depth-random-40.svg", "random_40"),
+    "depth-over-time": picture("depth-random-400.svg", "random_400"),
 }
 
 
-# ---- README rewriting ---------------------------------------------------------------------------------------------
+# ---- rewriting the Markdown files ------------------------------------------------------------------------------
 
 
 def wrap(text: str, width: int) -> str:
-    """Prose paragraphs and bullets wrapped like the rest of the README; table rows stay one line each."""
+    """Prose paragraphs and bullets wrapped like the rest of the docs; table rows stay one line each."""
     out = []
     for paragraph in text.split("\n\n"):
         if paragraph.startswith("|"):
@@ -386,18 +391,14 @@ def wrap(text: str, width: int) -> str:
 
 
 def render(text: str, results: Results) -> str:
-    """`text` with every figures block regenerated; unknown, missing, duplicated or unclosed blocks are errors."""
+    """`text` with every figures block regenerated; unknown, unclosed or misnested blocks are errors."""
     found = BLOCK.findall(text)
     names = [match[1] for match in found]
     opened = OPENING.findall(text)
     if sorted(opened) != sorted(names):
         raise ValueError(f"unclosed or misnested figures blocks: {sorted(set(opened) - set(names)) or opened}")
     if unknown := sorted(set(names) - set(BLOCKS)):
-        raise ValueError(f"README blocks with no generator: {unknown}")
-    if missing := [name for name in BLOCKS if name not in names]:
-        raise ValueError(f"README has no block for: {missing}")
-    if duplicated := sorted({name for name in names if names.count(name) > 1}):
-        raise ValueError(f"README blocks more than once: {duplicated}")
+        raise ValueError(f"figures blocks with no generator: {unknown}")
 
     def replace(match: re.Match[str]) -> str:
         indent, name = match["indent"], match["name"]
@@ -408,31 +409,56 @@ def render(text: str, results: Results) -> str:
     return BLOCK.sub(replace, text)
 
 
+def markdown_files(root: Path) -> list[Path]:
+    """Where figures blocks may sit: README.md and every Markdown file under docs/."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def generate(root: Path, results: Results) -> dict[Path, tuple[str, str]]:
+    """Every generated file under `root`: path -> (current text, generated text); each block in exactly one file."""
+    files: dict[Path, tuple[str, str]] = {}
+    holders: dict[str, list[str]] = {}
+    for path in markdown_files(root):
+        current = path.read_text(encoding="utf-8")
+        for match in BLOCK.finditer(current):
+            holders.setdefault(match["name"], []).append(path.relative_to(root).as_posix())
+        files[path] = (current, render(current, results))
+    if missing := [name for name in BLOCKS if name not in holders]:
+        raise ValueError(f"no Markdown file has a block for: {missing}")
+    if duplicated := {name: where for name, where in sorted(holders.items()) if len(where) > 1}:
+        raise ValueError(f"figures blocks more than once: {duplicated}")
+    for relative, draw in PICTURES.items():
+        path = root / relative
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        files[path] = (current, draw(results))
+    return files
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.readme_figures", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="print a diff and exit 1 if README.md is out of date")
-    parser.add_argument("--readme", type=Path, default=README, help=argparse.SUPPRESS)
+    parser.add_argument("--check", action="store_true", help="print a diff and exit 1 if a file is out of date")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    current = args.readme.read_text(encoding="utf-8")
     try:
-        generated = render(current, Results(args.results))
+        files = generate(args.root, Results(args.results))
     except (ValueError, KeyError, StopIteration) as error:
         print(f"readme_figures: error: {error!r}", file=sys.stderr)
         return 2
-    if generated == current:
-        return 0
-    if args.check:
-        name = str(args.readme)
-        diff = difflib.unified_diff(
-            current.splitlines(keepends=True), generated.splitlines(keepends=True), name, f"{name} (generated)"
-        )
-        sys.stdout.writelines(diff)
-        print(f"\n{name} differs from bench/results: run `python -m bench.readme_figures`", file=sys.stderr)
-        return 1
-    args.readme.write_text(generated, encoding="utf-8")
-    print(f"rewrote {args.readme}", file=sys.stderr)
-    return 0
+    stale = {path: texts for path, texts in files.items() if texts[0] != texts[1]}
+    for path, (current, generated) in stale.items():
+        if args.check:
+            name = str(path.relative_to(args.root))
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True), generated.splitlines(keepends=True), name, f"{name} (generated)"
+                )
+            )
+            print(f"\n{name} differs from bench/results: run `python -m bench.readme_figures`", file=sys.stderr)
+        else:
+            path.write_text(generated, encoding="utf-8")
+            print(f"rewrote {path}", file=sys.stderr)
+    return 1 if args.check and stale else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""README figures come from bench/results: the generator's check mode on the real README, and a hand edit caught.
+"""Figures come from bench/results: the generator's check mode on the real README and docs, and a hand edit caught.
 
 No Spark: bench.readme_figures only reads JSON and text.
 """
@@ -7,21 +7,39 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from bench import readme_figures
-from bench.readme_figures import README, Results, main
+from bench.depth_figure import PICTURES
+from bench.figures import ROOT
+from bench.readme_figures import Results, main
 
 FIGURE = re.compile(r"\d+\.\d+")
 
 
 def test_readme_figures_match_the_results_files(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--check"])
-    assert code == 0, "README.md differs from bench/results; run `python -m bench.readme_figures`:\n" + (
+    assert code == 0, "README.md or docs/ differ from bench/results; run `python -m bench.readme_figures`:\n" + (
         capsys.readouterr().out
     )
+
+
+def copy_of_the_docs(tmp_path: Path) -> Path:
+    """README.md, docs/ and the pictures copied under `tmp_path`, which then stands for the repository root."""
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    return tmp_path
+
+
+def holder(root: Path, block: str) -> Path:
+    """The one Markdown file under `root` that holds `block`."""
+    (found,) = [
+        p for p in [root / "README.md", *(root / "docs").rglob("*.md")] if f"<!-- figures:{block} -->" in p.read_text()
+    ]
+    return found
 
 
 def hand_edit(text: str, block: str) -> tuple[str, str, str]:
@@ -34,31 +52,48 @@ def hand_edit(text: str, block: str) -> tuple[str, str, str]:
     return text[: match.start()] + new + text[match.end() :], old, new
 
 
-@pytest.mark.parametrize("block", ["compare-anchors", "performance", "absorb-time"])
+@pytest.mark.parametrize("block", ["compare-anchors", "performance", "absorb-time", "depth-picture", "big-table"])
 def test_a_hand_edited_figure_is_detected_and_rewritten(
     block: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    original = README.read_text(encoding="utf-8")
+    root = copy_of_the_docs(tmp_path)
+    page = holder(root, block)
+    original = page.read_text(encoding="utf-8")
     edited, old, new = hand_edit(original, block)
-    copy = tmp_path / "README.md"
-    copy.write_text(edited, encoding="utf-8")
+    page.write_text(edited, encoding="utf-8")
 
-    assert main(["--check", "--readme", str(copy)]) == 1
+    assert main(["--check", "--root", str(root)]) == 1
     diff = capsys.readouterr().out
     assert any(line.startswith("-") and new in line for line in diff.splitlines())
     assert any(line.startswith("+") and old in line for line in diff.splitlines())
-    assert copy.read_text(encoding="utf-8") == edited, "--check must not write"
+    assert page.read_text(encoding="utf-8") == edited, "--check must not write"
 
-    assert main(["--readme", str(copy)]) == 0
-    assert copy.read_text(encoding="utf-8") == original
+    assert main(["--root", str(root)]) == 0
+    assert page.read_text(encoding="utf-8") == original
 
 
-def test_a_removed_block_is_an_error(tmp_path: Path) -> None:
-    text = README.read_text(encoding="utf-8")
-    start, end = text.index("<!-- figures:memory -->"), text.index("<!-- /figures:memory -->")
-    copy = tmp_path / "README.md"
-    copy.write_text(text[:start] + text[end + len("<!-- /figures:memory -->") :], encoding="utf-8")
-    assert main(["--check", "--readme", str(copy)]) == 2
+def test_a_stale_picture_is_detected_and_redrawn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_of_the_docs(tmp_path)
+    picture = root / next(iter(PICTURES))
+    original = picture.read_text(encoding="utf-8")
+    picture.write_text(original.replace('polyline points="', 'polyline points="0,0 ', 1), encoding="utf-8")
+    assert main(["--check", "--root", str(root)]) == 1
+    assert main(["--root", str(root)]) == 0
+    assert picture.read_text(encoding="utf-8") == original
+
+
+def test_a_removed_or_doubled_block_is_an_error(tmp_path: Path) -> None:
+    root = copy_of_the_docs(tmp_path)
+    page = holder(root, "memory")
+    text = page.read_text(encoding="utf-8")
+    start, end = (
+        text.index("<!-- figures:memory -->"),
+        text.index("<!-- /figures:memory -->") + len("<!-- /figures:memory -->"),
+    )
+    page.write_text(text[:start] + text[end:], encoding="utf-8")
+    assert main(["--check", "--root", str(root)]) == 2
+    (root / "docs" / "extra.md").write_text(text[start:end] * 2 + "\n", encoding="utf-8")
+    assert main(["--check", "--root", str(root)]) == 2
 
 
 def test_newest_file_per_benchmark_by_the_date_in_its_name(tmp_path: Path) -> None:
