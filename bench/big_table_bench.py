@@ -1,29 +1,40 @@
-"""`info` and planning on tables of 100,000 and 1,000,000 files against the delta-rs floor (issue 23).
+"""`info` and planning on big tables of every shape against the delta-rs floor (issues 23 and 32).
 
-`python -m bench.big_table_bench [--quick]` (quick: 10,000 and 100,000 files).
+`python -m bench.big_table_bench [--quick]`: tables of 200,000 and 1,000,000 files (quick: 20,000 and 100,000).
 
-Each table's log adds its files in one delta-rs transaction (stats only: planning never reads data files), stamped
-as appends of 1,000 files (so the default `absorb` policy sees 100 or 1,000 runs), with random overlapping int64
-key ranges, then a checkpoint. A third table of the larger size is one as recluster keeps it: all but 20 appends
-of its files form one absorb-written run (disjoint ranges; names that carry level, key, run and horizon).
-Three measurements per table, each in a fresh interpreter, reporting seconds and
-peak RSS above the RSS after imports (VmHWM: Rust and numpy memory included):
-  floor: delta-rs opens the table and lists its add actions (`get_add_actions(flatten=True)`), what any planner
-         must do;
-  info:  `recluster info` (engine.api.table_info: snapshot -> blocks, metrics of the table and each level, column
-         scan, and on `absorb` tables the round's time-like decisions);
-  plan:  `recluster run --dry-run` (snapshot -> blocks, then one round's selection).
-Goals: info and plan <= 2x the floor in time and <= 1.2x in memory at 1,000,000 files, and growth from the smaller
-table to the larger linear within 10% (seconds per file at the larger / at the smaller <= 1.1).
+Each table's log is written by delta-rs transactions of add actions with stats only (planning never reads data
+files), then checkpointed. The shapes:
+  appends:  one transaction stamped as appends of 1,000 files with random overlapping int64 key ranges (so the
+            default `absorb` policy sees one run per append);
+  one commit: the same files stamped as one commit (a backfill): one run of overlapping files;
+  kept:     as recluster keeps a table: one absorb-written run of disjoint files whose names carry level, key, run
+            and horizon, and 20 waiting appends;
+  foreign optimize: a table after another engine's OPTIMIZE (ZORDER): random files, then one dataChange=false
+            commit removing them all and adding disjoint files with foreign names, then 20 appends;
+  partitioned: one commit over 100 values of a partition column;
+  hilbert:  one commit on a two-column key (a, b): the files' (a, b) boxes are random.
+Measurements, each in a fresh interpreter, reporting seconds and peak RSS above the RSS after imports (VmHWM: Rust
+and numpy memory included):
+  floor:  delta-rs opens the table and lists its add actions (`get_add_actions(flatten=True)`), what any planner
+          must do;
+  info:   `recluster info` (engine.api.table_info);
+  plan:   `recluster run --dry-run` (engine.rounds.recluster_table, dry run: snapshot, then one round's selection
+          by the default policy);
+  levels: `recluster run --dry-run --policy levels`.
+Goals: info, plan and levels <= 2x the floor in time and <= 1.2x in memory on every shape at both sizes, and growth
+from the smaller appends table to the larger linear within 10% (seconds per file at the larger / smaller <= 1.1).
 Writes bench/results/big-table[-quick]-<date>.json.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +43,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from bench.memory_bench import build_table, measured_in_subprocess, process_peak_rss_mb
+from bench.memory_bench import measured_in_subprocess, process_peak_rss_mb
 from bench.merge_bench import log, publish, quick_cli, ratio_row
 from recluster.core.blocks import age_run_id, data_file_name
 from recluster.core.keys import key_fingerprint
@@ -41,8 +52,10 @@ from recluster.settings import CLUSTER_BY_PROPERTY
 
 APPEND_FILES = 1_000
 KEPT_APPENDS = 20
-"""Appends waiting on the table as recluster keeps it (the rest of its files are one absorb-written run)."""
-WHATS = ("floor", "info", "plan")
+"""Appends waiting on the kept and foreign-optimize tables (the rest of their files are one run)."""
+PARTITIONS = 100
+KEY_SPACE = 10**12
+WHATS = ("floor", "info", "plan", "levels")
 
 
 def measure(path: str, what: str) -> dict[str, Any]:
@@ -50,8 +63,8 @@ def measure(path: str, what: str) -> dict[str, Any]:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from recluster.core.selection import select_merge_tasks
-    from recluster.engine.api import read_snapshot, selection_bounds, table_info
+    from recluster.engine.api import table_info
+    from recluster.engine.rounds import recluster_table, snapshot_loader
     from recluster.settings import Settings
 
     settings = Settings()
@@ -65,10 +78,17 @@ def measure(path: str, what: str) -> dict[str, Any]:
         files = result.info.table.total_block_count
         detail = {"average_depth": result.info.table.average_depth, "levels": len(result.info.levels)}
     else:
-        snapshot = read_snapshot(path, settings=settings)
-        plan = select_merge_tasks(path, snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None))
-        files = len(snapshot.blocks)
-        detail = {"tasks": len(plan.tasks), "task_files": sum(len(t.files) for t in plan.tasks)}
+        run = recluster_table(
+            path,
+            snapshot_loader(path, settings, None),
+            settings=settings,
+            spark_factory=lambda: None,
+            dry_run=True,
+            policy="levels" if what == "levels" else None,
+        )
+        files = run.before.table.total_block_count
+        tasks = run.plans[-1].tasks if run.plans else ()
+        detail = {"tasks": len(tasks), "task_files": sum(len(t.files) for t in tasks)}
     seconds = time.perf_counter() - started
     peak = process_peak_rss_mb()
     return {
@@ -80,95 +100,125 @@ def measure(path: str, what: str) -> dict[str, Any]:
     }
 
 
-def build_kept_table(path: Path, files: int, appends: int = KEPT_APPENDS, seed: int = 7) -> None:
-    """A table as recluster keeps it: one run written by `absorb` (disjoint sorted int64 ranges, file names with
-    level, key fingerprint, run id and horizon) and `appends` waiting appends of APPEND_FILES overlapping files."""
-    write_deltalake(str(path), pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.float64())}))
-    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
+def stats(low: int, high: int, low_b: int | None = None, high_b: int | None = None) -> str:
+    """A file's stats: 1,000 records, key range [low, high] (and [low_b, high_b] on a second key column)."""
+    minimum, maximum, nulls = {"k": low}, {"k": high}, {"k": 0}
+    if low_b is not None and high_b is not None:
+        minimum, maximum, nulls = {"a": low, "b": low_b}, {"a": high, "b": high_b}, {"a": 0, "b": 0}
+    return json.dumps({"numRecords": 1_000, "minValues": minimum, "maxValues": maximum, "nullCount": nulls})
+
+
+def random_adds(
+    rng: np.random.Generator,
+    count: int,
+    stamp: Callable[[int], int],
+    prefix: str = "part",
+    partitions: int = 0,
+    two_columns: bool = False,
+) -> list[AddAction]:
+    """`count` files with random overlapping ranges; file i stamped `stamp(i)`, in partition i % `partitions`."""
+    lows, spans = rng.integers(0, KEY_SPACE, count).tolist(), rng.integers(1, 10**10, count).tolist()
+    lows_b, spans_b = rng.integers(0, KEY_SPACE, count).tolist(), rng.integers(1, 10**10, count).tolist()
+    adds = []
+    for i in range(count):
+        value = {"p": str(i % partitions)} if partitions else {}
+        second = (lows_b[i], lows_b[i] + spans_b[i]) if two_columns else (None, None)
+        name = f"p={i % partitions}/{prefix}-{i:07d}.parquet" if partitions else f"{prefix}-{i:07d}.parquet"
+        adds.append(AddAction(name, 20_000, value, stamp(i), True, stats(lows[i], lows[i] + spans[i], *second)))
+    return adds
+
+
+def disjoint_adds(rng: np.random.Generator, count: int, stamp: int, name: Callable[[int], str]) -> list[AddAction]:
+    """`count` files of one run: disjoint sorted ranges, all stamped `stamp`, named `name(i)`."""
+    edges = np.sort(rng.choice(KEY_SPACE, count + 1, replace=False)).tolist()
+    return [AddAction(name(i), 20_000, {}, stamp, False, stats(edges[i], edges[i + 1] - 1)) for i in range(count)]
+
+
+def build_table(path: Path, files: int, shape: str, seed: int = 7) -> None:
+    """A table of `files` files of the given shape (see the module's docstring)."""
+    two_columns, partitions = shape == "hilbert", PARTITIONS if shape == "partitioned" else 0
+    columns = {"a": pa.int64(), "b": pa.int64()} if two_columns else {"k": pa.int64()}
+    schema = {**columns, "v": pa.float64(), **({"p": pa.string()} if partitions else {})}
+    empty = pa.table({name: pa.array([], kind) for name, kind in schema.items()})
+    write_deltalake(str(path), empty, partition_by=["p"] if partitions else None)
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: ",".join(columns)})
     rng = np.random.default_rng(seed)
     now = int(time.time() * 1000)
-    main = files - appends * APPEND_FILES
-    edges = np.sort(rng.choice(10**12, main + 1, replace=False))
-    age = now - 10_000_000
-    stats = '{{"numRecords": 1000, "minValues": {{"k": {}}}, "maxValues": {{"k": {}}}, "nullCount": {{"k": 0}}}}'
-    fingerprint = key_fingerprint(["k"])
-    actions: list[AddAction | RemoveAction] = [
-        AddAction(
-            data_file_name(1, fingerprint, age_run_id(age), age + 5),
-            20_000,
-            {},
-            age,
-            True,
-            stats.format(int(edges[i]), int(edges[i + 1] - 1)),
+    one_run = files - KEPT_APPENDS * APPEND_FILES
+    appended = random_adds(rng, KEPT_APPENDS * APPEND_FILES, lambda i: now + i // APPEND_FILES, prefix="append")
+    commits: list[list[AddAction | RemoveAction]]
+    if shape == "appends":
+        commits = [[*random_adds(rng, files, lambda i: now + i // APPEND_FILES)]]
+    elif shape == "kept":
+        fingerprint, age = key_fingerprint(["k"]), now - 10_000_000
+        run = disjoint_adds(rng, one_run, age, lambda _: data_file_name(1, fingerprint, age_run_id(age), age + 5))
+        commits = [[*run, *appended]]
+    elif shape == "foreign optimize":
+        before = random_adds(rng, one_run, lambda _: now - 20_000_000)
+        optimized = disjoint_adds(rng, one_run, now - 10_000_000, lambda _: f"part-{uuid.uuid4()}-c000.zstd.parquet")
+        removes = [RemoveAction(a.path, False, now - 10_000_000, a.size) for a in before]
+        commits = [[*before], [*removes, *optimized], [*appended]]
+    else:  # one commit, partitioned, hilbert: a backfill
+        commits = [[*random_adds(rng, files, lambda _: now, partitions=partitions, two_columns=two_columns)]]
+    for actions in commits:
+        table = DeltaTable(str(path))
+        table.create_write_transaction(
+            actions, mode="append", schema=table.schema(), commit_properties=CommitProperties()
         )
-        for i in range(main)
-    ]
-    for append in range(appends):
-        lows, spans = rng.integers(0, 10**12, APPEND_FILES), rng.integers(1, 10**10, APPEND_FILES)
-        actions += [
-            AddAction(
-                f"part-{append:03d}-{j:05d}.parquet", 20_000, {}, now + append, True, stats.format(low, low + span)
-            )
-            for j, (low, span) in enumerate(zip(lows.tolist(), spans.tolist(), strict=True))
-        ]
-    table = DeltaTable(str(path))
-    table.create_write_transaction(actions, mode="append", schema=table.schema(), commit_properties=CommitProperties())
     DeltaTable(str(path)).create_checkpoint()
 
 
-def measure_table(root: Path, files: int, kept: bool = False) -> dict[str, Any]:
-    path = root / f"files-{files}{'-kept' if kept else ''}"
-    log(f"big table: building {files:,} files in one transaction{' (as recluster keeps them)' if kept else ''}")
+SHAPES = ("appends", "one commit", "kept", "foreign optimize", "partitioned", "hilbert")
+
+
+def measure_table(root: Path, files: int, shape: str) -> dict[str, Any]:
+    path = root / f"{shape.replace(' ', '-')}-{files}"
+    log(f"big table: building {files:,} files, {shape}")
     started = time.perf_counter()
-    if kept:
-        build_kept_table(path, files)
-    else:
-        build_table(path, files, chunk=files, run_files=APPEND_FILES)
-    built = time.perf_counter() - started
-    measured: dict[str, Any] = {"files": files, "kept": kept, "build_seconds": built}
+    build_table(path, files, shape)
+    measured: dict[str, Any] = {"files": files, "shape": shape, "build_seconds": time.perf_counter() - started}
     for what in WHATS:
-        log(f"big table: {what} on {files:,} files")
+        log(f"big table: {what} on {files:,} files, {shape}")
         measured[what] = measured_in_subprocess("bench.big_table_bench", path, what)
         assert measured[what]["files"] == files, measured[what]
+    shutil.rmtree(path)
     return measured
 
 
 def main(quick: bool = False) -> dict[str, Any]:
-    small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
+    sizes = (20_000, 100_000) if quick else (200_000, 1_000_000)
     with tempfile.TemporaryDirectory(prefix="recluster-big-table-") as root:
-        tables = [measure_table(Path(root), files) for files in (small, large)]
-        kept = measure_table(Path(root), large, kept=True)
+        tables = [measure_table(Path(root), files, shape) for shape in SHAPES for files in sizes]
     rows: list[list[Any]] = []
-    for table in (*tables, kept):
+    for table in tables:
         floor = table["floor"]
-        for what in ("info", "plan"):
+        for what in WHATS[1:]:
             ours = table[what]
-            files = f"{table['files']:,} files{' as recluster keeps them' if table['kept'] else ''}"
-            goal = "<= 2x" if table["files"] == large else ""
-            rows.append(
-                ratio_row(f"{what}, {files}, seconds (vs delta-rs floor)", ours["seconds"], floor["seconds"], goal)
-            )
+            files = f"{table['files']:,} files, {table['shape']}"
+            rows.append(ratio_row(f"{what}, {files}, seconds (vs floor)", ours["seconds"], floor["seconds"], "<= 2x"))
             rows.append(
                 ratio_row(
                     f"{what}, {files}, peak RSS above imports, MB (vs floor)",
                     ours["peak_rss_above_imports_mb"],
                     floor["peak_rss_above_imports_mb"],
-                    "<= 1.2x" if goal else "",
+                    "<= 1.2x",
                 )
             )
-    scale = large / small
+    small, large = (t for t in tables if t["shape"] == "appends")
+    scale = large["files"] / small["files"]
     for what in WHATS:
-        growth = tables[1][what]["seconds"] / tables[0][what]["seconds"]
+        growth = large[what]["seconds"] / small[what]["seconds"] / scale
+        goal = "<= 1.1" if what != "floor" else ""
         rows.append(
             [
-                f"{what}: seconds at {large:,} / at {small:,} files, per file",
-                growth / scale,
+                f"{what}: seconds per file at {large['files']:,} / at {small['files']:,} files, appends",
+                growth,
                 1.0,
-                growth / scale,
-                "<= 1.1" if what != "floor" else "",
+                growth,
+                goal,
             ]
         )
-    result: dict[str, Any] = {"quick": quick, "append_files": APPEND_FILES, "tables": [*tables, kept]}
+    result: dict[str, Any] = {"quick": quick, "append_files": APPEND_FILES, "partitions": PARTITIONS, "tables": tables}
     return publish("big-table", "info and planning on big tables vs the delta-rs floor", quick, rows, result)
 
 

@@ -367,6 +367,15 @@ class BlockTable(Sequence[Block]):
         """Sizes in bytes of these files (None: all) as int64."""
         return _numbers_of(self._sizes, indices)
 
+    def smallest_first(self, indices: IntArray) -> IntArray:
+        """These files ordered by size, then path (one Arrow sort: a backfilled table has a million of them)."""
+        if not len(indices):
+            return indices
+        columns = pa.table({"size": self.sizes_of(indices), "path": _take(self.paths, indices)})
+        order = pc.sort_indices(columns, sort_keys=[("size", "ascending"), ("path", "ascending")])
+        ordered: IntArray = indices[order.to_numpy()]
+        return ordered
+
     def total_rows(self, indices: IntArray | None = None) -> int:
         return _total(self._rows, indices)
 

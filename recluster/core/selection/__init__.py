@@ -22,7 +22,7 @@ from recluster.core.selection.plan import (
     SelectionBounds,
     Skipped,
     WatermarkDecision,
-    chunk_blocks,
+    chunk_unclustered,
     output_level,
 )
 from recluster.core.selection.runs import table_runs
@@ -43,9 +43,9 @@ def select_merge_tasks(
     betas: list[float] = []
     watermarks: list[tuple[Partition, WatermarkDecision]] = []
     for partition, members in _by_partition(files, live):
-        unclustered = files.take(members[~files.clustered[members]])
-        oversized += sum(b.bytes > bounds.max_task_bytes for b in unclustered)
-        for group in chunk_blocks(unclustered, bounds):
+        unclustered = members[~files.clustered[members]]
+        oversized += int(np.count_nonzero(files.sizes_of(unclustered) > bounds.max_task_bytes))
+        for group in chunk_unclustered(files, unclustered, bounds, bounds.max_tasks - len(tasks)):
             level = max(b.level for b in group)
             tasks.append(MergeTask(partition, level, output_level(level), tuple(group), Reason.UNCLUSTERED, 0))
         clustered = _clustered(files, members)

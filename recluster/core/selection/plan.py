@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
+from recluster.core.block_table import BlockTable, IntArray
 from recluster.core.blocks import MAX_LEVEL, Block, Partition
 
 
@@ -211,16 +214,23 @@ def output_level(level: int) -> int:
     return min(level + 1, MAX_LEVEL)
 
 
-def chunk_blocks(blocks: Sequence[Block], bounds: SelectionBounds) -> list[list[Block]]:
-    """Unclustered files in bounded groups (a single file is a valid group: it gains stats and a level); a file
-    alone over the byte bound is left out (reported as over the size bound): no task exceeds its budget."""
+def chunk_unclustered(files: BlockTable, indices: IntArray, bounds: SelectionBounds, limit: int) -> list[list[Block]]:
+    """Unclustered files in bounded groups, smallest first (a single file is a valid group: it gains stats and a
+    level), at most `limit` groups: only those are made into `Block`s (a table backfilled in one commit has a
+    million such files). A file alone over the byte bound is left out (reported as over the size bound)."""
+    fitting = indices[files.sizes_of(indices) <= bounds.max_task_bytes]
+    if limit < 1 or not len(fitting):
+        return []
+    ordered = files.smallest_first(fitting)
+    ends = np.cumsum(files.sizes_of(ordered))
     groups: list[list[Block]] = []
-    remaining = sorted((b for b in blocks if b.bytes <= bounds.max_task_bytes), key=lambda b: (b.bytes, b.path))
-    while remaining:
-        group = bounded(remaining, bounds) or remaining[:1]
-        groups.append(group)
-        taken = {b.path for b in group}
-        remaining = [b for b in remaining if b.path not in taken]
+    start = 0
+    while start < len(ordered) and len(groups) < limit:
+        spent = int(ends[start - 1]) if start else 0
+        stop = min(start + bounds.max_task_files, int(np.searchsorted(ends, spent + bounds.max_task_bytes, "right")))
+        stop = max(stop, start + 1)
+        groups.append(files.take(ordered[start:stop]))
+        start = stop
     return groups
 
 
