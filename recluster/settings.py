@@ -55,6 +55,7 @@ class ClusteringSettings(_Section):
     depth_ratio: float = Field(0.1, gt=0)
     """Level threshold = clamp(blocks_in_level * depth_ratio, 1, max_depth_threshold)."""
     max_depth_threshold: float = Field(16.0, ge=1)
+    """The highest a level's threshold gets, however many files the level has."""
     target_rows: int = Field(1_000_000, gt=0)
     """Rows per output file (a key value is never split unless it alone exceeds this)."""
     target_file_bytes: int = Field(256 * MIB, gt=0)
@@ -62,7 +63,9 @@ class ClusteringSettings(_Section):
     max_merge_bytes: int = Field(4 * GIB, gt=0)
     """Upper bound on the input bytes of one merge task."""
     max_merge_files: int = Field(512, ge=2)
+    """Upper bound on the input files of one merge task."""
     max_tasks_per_round: int = Field(4, ge=1)
+    """Independent tasks (disjoint key ranges) of one round run concurrently, at most this many."""
     max_final_rounds: int = Field(100, ge=1)
     """FINAL stops after this many rounds even if it still makes progress."""
     curve: Literal["hilbert", "zorder", "linear"] | None = None
@@ -74,6 +77,7 @@ class ParquetSettings(_Section):
     """How merge outputs are written (`merge.parquet.*`): like the best writers, ZSTD by default."""
 
     codec: Literal["zstd", "snappy", "gzip", "lz4", "brotli", "none"] = "zstd"
+    """Compression codec of the outputs."""
     level: int | None = None
     """Compression level of the codec (None: the codec's default; zstd 1-22)."""
     row_group_rows: int = Field(1_048_576, gt=0)
@@ -145,8 +149,11 @@ def resolve_selection(
 
 class SparkSettings(_Section):
     master: str = "local[*]"
+    """The Spark master: `local[*]`, `spark://host:7077`, `k8s://...` (set by `kubernetes.enabled`)."""
     app_name: str = "recluster"
+    """The Spark application's name."""
     shuffle_partitions: int = Field(8, ge=1)
+    """`spark.sql.shuffle.partitions` of the session."""
     conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration, passed through unchanged."""
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
@@ -166,7 +173,9 @@ class CommitSettings(_Section):
     deadline_seconds: float = Field(120.0, gt=0)
     """A commit not written within this time gives up (its outputs are deleted, the next round re-plans)."""
     backoff_seconds: float = Field(0.5, ge=0)
+    """First wait after a storage error; doubled (with jitter) on each further error."""
     max_backoff_seconds: float = Field(8.0, ge=0)
+    """The longest wait between two attempts."""
     allow_unsafe_single_writer: bool = False
     """Commit to S3 tables without `conditional_put` or a locking provider. S3 then has no atomic
     put-if-absent, so two writers committing the same version overwrite each other: only safe when nothing
@@ -175,6 +184,7 @@ class CommitSettings(_Section):
 
 class TableSettings(_Section):
     uri: str
+    """The table: a path, `file://`, `s3://`, `gs://`, `abfss://` or `az://` URI."""
     cluster_by: list[str] | None = None
     """Overrides the table property `recluster.clusterBy`."""
     curve: Literal["hilbert", "zorder", "linear"] | None = None
@@ -222,15 +232,19 @@ class SelfOptimizingSettings(_Section):
     """
 
     enabled: bool = True
+    """Minor, major and full optimizing and maintenance of the tables."""
     group: str = "default"
+    """The optimizer group a table belongs to (one of `groups`)."""
     quota: float = Field(0.5, gt=0)
     """Share of one core-hour per hour the table may spend on rewrites (occupation = busy time / (1 h x quota))."""
     target_size: int = Field(128 * MIB, gt=0)
+    """Size of the files optimizing writes (segments)."""
     fragment_ratio: float = Field(8.0, gt=1)
     """Files smaller than target_size / fragment_ratio are fragments."""
     min_target_size_ratio: float = Field(0.75, gt=0, le=1)
     """Segments smaller than target_size x this are undersized (major optimizing combines them)."""
     minor_trigger_file_count: int = Field(12, ge=2)
+    """Minor optimizing runs when a partition has this many fragments."""
     minor_trigger_interval_ms: int = 3_600_000
     """Minor also runs when this long passed since the last minor and there are >= 2 fragments; < 0: off."""
     major_trigger_duplicate_ratio: float = Field(0.1, gt=0, le=1)
@@ -240,6 +254,7 @@ class SelfOptimizingSettings(_Section):
     full_trigger_interval_ms: int = -1
     """Full optimizing of every partition at this interval; < 0: off."""
     groups: dict[str, OptimizerGroup] = Field(default_factory=lambda: {"default": OptimizerGroup()})
+    """The optimizer groups by name, each one Spark FAIR scheduler pool."""
     history_location: str | None = None
     """A Delta table where every process is appended (queryable with Spark); None: `history` under the
     stream's checkpoint location, so one directory holds all of the job's state."""
@@ -260,11 +275,15 @@ class KafkaSettings(_Section):
     """The Kafka commit-event source and the metrics topic (DESIGN §7)."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
+    """The Kafka brokers, `host:port[,host:port...]`."""
     commits_topic: str = "recluster.commits"
+    """The topic of commit events (`stream.source: kafka`)."""
     metrics_topic: str | None = None
     """Where one metrics record per touched table goes after each micro-batch; None: not published."""
     starting_offsets: Literal["earliest", "latest"] = "latest"
+    """Where a new checkpoint starts reading the commits topic."""
     max_events_per_batch: int = Field(10_000, ge=1)
+    """Commit events one micro-batch reads at most."""
     metrics_buffer_records: int = Field(10_000, ge=1)
     """Records kept while the broker is unreachable; the oldest are dropped (and counted) beyond this."""
     client_options: dict[str, str] = Field(default_factory=dict)
@@ -280,13 +299,21 @@ def default_state_dir() -> str:
 
 class StreamSettings(_Section):
     source: Literal["delta-log", "kafka"] = "delta-log"
+    """What triggers the job: polling the watched tables' Delta logs, or commit events on Kafka."""
     checkpoint_location: str = Field(default_factory=lambda: os.path.join(default_state_dir(), "checkpoint"))
-    """The Spark checkpoint of the job; the history table lives under it unless set on its own."""
+    """The Spark checkpoint of the job; the history table lives under it unless set on its own. Default:
+    `$XDG_STATE_HOME/recluster/checkpoint`, else `~/.local/state/recluster/checkpoint` (never the working directory)."""
     trigger_interval_seconds: float = Field(1.0, gt=0)
+    """The streaming query's processing-time trigger."""
     starting_version: Literal["latest", "earliest"] | int = "latest"
+    """Where the job starts reading each log on its first start (a checkpoint then keeps its offsets): `latest`,
+    `earliest` or a version number."""
     max_commits_per_batch: int = Field(1000, ge=1)
+    """Commits one micro-batch reads at most."""
     max_tasks_per_batch: int = Field(4, ge=1)
+    """Merge tasks one micro-batch runs at most; the rest is pending for the next."""
     max_bytes_per_batch: int = Field(8 * GIB, gt=0)
+    """Input bytes one micro-batch merges at most; the rest is pending for the next."""
 
 
 class KubernetesSettings(_Section):
@@ -297,6 +324,7 @@ class KubernetesSettings(_Section):
     """
 
     enabled: bool = False
+    """Run Spark on Kubernetes: derive the master and the `spark.kubernetes.*` settings from this section."""
     api_server: str = "https://kubernetes.default.svc"
     """The API server as seen from the driver pod; the Spark master becomes `k8s://<api_server>`."""
     namespace: str = "default"
@@ -304,21 +332,29 @@ class KubernetesSettings(_Section):
     container_image: str | None = None
     """Executor image: the driver's own image, so both run the same Python, pyspark and recluster."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """Pull policy of the executor image."""
     service_account: str = "recluster"
     """Service account allowed to manage executor pods, services, config maps and volume claims."""
     driver_service: str = "recluster-driver"
     """Headless service selecting the driver pod; executors reach the driver at its DNS name."""
     cluster_domain: str = "cluster.local"
+    """The cluster's DNS domain, part of the driver's host name."""
     driver_port: int = Field(7078, ge=1, le=65535)
+    """`spark.driver.port`: executors connect to the driver here (the Service exposes it)."""
     block_manager_port: int = Field(7079, ge=1, le=65535)
+    """`spark.driver.blockManager.port` (the Service exposes it)."""
     executor_instances: int = Field(2, ge=0)
     """Fixed number of executors when dynamic allocation is off."""
     dynamic_allocation: bool = False
     """Scale executors with the work (with shuffle tracking: no external shuffle service on Kubernetes)."""
     min_executors: int = Field(0, ge=0)
+    """With dynamic allocation: the fewest executors."""
     max_executors: int = Field(4, ge=1)
+    """With dynamic allocation: the most executors."""
     executor_cores: int = Field(1, ge=1)
+    """Cores of each executor pod."""
     executor_memory: str = "2g"
+    """Heap of each executor (`spark.executor.memory`)."""
     executor_pod_template_file: str | None = None
     """Executor pod template (security context, volumes, credentials): a path readable by the driver."""
     event_log_dir: str | None = None
@@ -370,6 +406,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     self_optimizing: SelfOptimizingSettings = SelfOptimizingSettings()
     tables: list[TableSettings] = Field(default_factory=list)
+    """The tables to watch (and the default list of `status`), each with its own key and storage options."""
 
     @classmethod
     def settings_customise_sources(
