@@ -14,8 +14,8 @@ import pytest
 
 from bench import readme_figures
 from bench.depth_figure import PICTURES
-from bench.figures import ROOT
-from bench.readme_figures import Results, main
+from bench.figures import ROOT, Results
+from bench.readme_figures import main
 
 FIGURE = re.compile(r"\d+\.\d+")
 
