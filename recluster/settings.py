@@ -38,7 +38,7 @@ POLICY_PROPERTY = "recluster.policy"
 """Table property choosing the selection policy of one table (`levels` or `absorb`)."""
 
 PRESET_BETAS: dict[str, float] = {"quality": 0.2, "economy": 1.0}
-"""`selection.preset`: the beta each preset stands for (their measured effect is in README, Performance)."""
+"""`selection.preset`: the beta each preset stands for (their measured effect: docs/performance.md)."""
 
 
 class SettingsError(ValueError):

@@ -37,7 +37,7 @@ from recluster.core.selection.runs import Runs
 RENT_SHARE = 0.22
 """theta: absorb the head once the extra depth paid since the last absorb reaches this share of its rewrite
 (a sweep in the model of tests/absorb_model.py, with DILUTION 0.5: 0.2 spends WA 2.0 over 400 appends, 0.25
-leaves depth 1.15 there; 0.22 meets both of the issue's bounded-lateness goals; README, Performance)."""
+leaves depth 1.15 there; 0.22 meets both of the issue's bounded-lateness goals; docs/performance.md)."""
 
 HEAD_FLOOR_FILES = 2.0
 """The rewrite is priced at no less than this many target files: a tiny table is not rewritten at every append."""
