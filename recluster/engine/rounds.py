@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from deltalake import DeltaTable
+
 from recluster.core.blocks import LEVEL_CONSTANT, Block, WrittenFile, new_run_id
 from recluster.core.errors import TableError
 from recluster.core.keys import ClusterKey
@@ -285,7 +287,7 @@ def recluster_table(
         rounds=rounds,
         stop_reason=stop_reason,
         before=before,
-        after=clustering_info(snapshot.blocks, snapshot.key),
+        after=clustering_info(snapshot.blocks, snapshot.key) if rounds else before,
         plans=tuple(plans),
         seconds=time.monotonic() - started,
         policy=plans[-1].policy if plans else Policy.LEVELS,
@@ -301,9 +303,12 @@ class SnapshotLoader:
     key: ClusterKey
     partition_columns: tuple[str, ...]
     storage_options: Mapping[str, str] = field(repr=False)
+    opened: list[DeltaTable] = field(default_factory=list, repr=False, compare=False)
+    """The table as opened to check it, read by the first call (opening a million-file table costs what listing
+    it does); later calls open it anew."""
 
     def __call__(self) -> TableSnapshot:
-        table = open_table(self.uri, self.storage_options)
+        table = self.opened.pop() if self.opened else open_table(self.uri, self.storage_options)
         return load_snapshot(table, self.key, uri=self.uri, storage_options=self.storage_options)
 
 
@@ -313,4 +318,4 @@ def snapshot_loader(
     """Loads the table's current snapshot on each call; `keyless` accepts a table without a cluster key
     (optimizing compacts it; reclustering needs a key)."""
     table, key, options = open_checked_table(uri, settings=settings, cluster_by=key_names, keyless=keyless)
-    return SnapshotLoader(uri, key, tuple(table.metadata().partition_columns), dict(options))
+    return SnapshotLoader(uri, key, tuple(table.metadata().partition_columns), dict(options), [table])
