@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from recluster.settings import (
+    KafkaSettings,
     Settings,
     SettingsError,
     describe_validation_error,
@@ -58,6 +59,15 @@ def settings_of(args: argparse.Namespace) -> Settings:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def check_kafka(settings: KafkaSettings) -> None:
+    """Before anything starts: a broker that refuses these client settings (TLS, SASL) is one line and exit 2."""
+    from recluster.engine.kafka_access import kafka_problem
+
+    problem = kafka_problem(settings)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def updated_section(section: SectionT, values: Mapping[str, Any]) -> SectionT:

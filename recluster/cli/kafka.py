@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from recluster.cli.common import UsageError, print_json, settings_of, updated_section
+from recluster.cli.common import UsageError, check_kafka, print_json, settings_of, updated_section
 from recluster.cli.render import render_metrics
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ def cmd_publish_commits(args: argparse.Namespace) -> int:
         settings.kafka, {"bootstrap_servers": args.bootstrap_servers} if args.bootstrap_servers else {}
     )
     topic = args.topic or kafka.commits_topic
+    check_kafka(kafka)
     tables = [normalize_uri(t) for t in args.table]
     options = {t: dict(storage_options_for(settings, t)) for t in tables}
     start = {t: table_version(t, options[t]) for t in tables}
@@ -95,7 +96,11 @@ def cmd_metrics_tail(args: argparse.Namespace) -> int:
     topic = args.topic or settings.kafka.metrics_topic
     if not topic:
         raise UsageError("no metrics topic: pass --topic or set kafka.metrics_topic")
-    client = consumer(args.bootstrap_servers or settings.kafka.bootstrap_servers, settings.kafka.client_options)
+    kafka = updated_section(
+        settings.kafka, {"bootstrap_servers": args.bootstrap_servers} if args.bootstrap_servers else {}
+    )
+    check_kafka(kafka)
+    client = consumer(kafka.bootstrap_servers, kafka.client_options)
     partitions = [TopicPartition(topic, p) for p in sorted(client.partitions_for_topic(topic) or [])]
     if not partitions:
         client.close()

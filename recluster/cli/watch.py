@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from recluster.cli.common import UsageError, print_json, settings_of, updated_section
+from recluster.cli.common import UsageError, check_kafka, print_json, settings_of, updated_section
 from recluster.core.errors import TableError
 from recluster.core.keys import parse_columns
 from recluster.engine.k8s import prepare_event_log_dir, with_kubernetes
@@ -132,6 +132,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     settings = stream_settings(args)
     if not settings.tables and settings.stream.source != "kafka":
         raise UsageError("no tables to watch: pass --table URI[:col1,col2] or list tables in --config")
+    if settings.stream.source == "kafka" or settings.kafka.metrics_topic:
+        check_kafka(settings.kafka)  # a wrong password or an untrusted certificate: one line, nothing started
     check_checkpoint_location(settings.stream.checkpoint_location)  # before Spark starts: one clear line
     server = start_http(settings)
     try:

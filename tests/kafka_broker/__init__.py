@@ -150,6 +150,13 @@ class Broker:
     def admin(self) -> KafkaAdminClient:
         return KafkaAdminClient(bootstrap_servers=self.bootstrap)
 
+    def create_topic(self, prefix: str, partitions: int = 1) -> str:
+        """A fresh topic (its name: `prefix` and a unique suffix)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        with closing(self.admin()) as admin:
+            admin.create_topics([NewTopic(name, partitions, 1)])
+        return name
+
 
 @contextlib.contextmanager
 def closing(admin: KafkaAdminClient) -> Iterator[KafkaAdminClient]:
@@ -159,8 +166,14 @@ def closing(admin: KafkaAdminClient) -> Iterator[KafkaAdminClient]:
         admin.close()
 
 
-def send(bootstrap: str, values: list[bytes], partition: int = 0, topic: str = COMMITS) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
+def send(
+    bootstrap: str,
+    values: list[bytes],
+    partition: int = 0,
+    topic: str = COMMITS,
+    options: Mapping[str, str] | None = None,
+) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **dict(options or {}))
     for value in values:
         producer.send(topic, value=value, partition=partition)
     producer.flush(timeout=10)
@@ -200,17 +213,25 @@ def read_records(
 
 
 def job_settings(
-    broker: Broker, table: Path, checkpoint: Path, commits_topic: str = COMMITS, metrics_topic: str | None = None
+    broker: Broker,
+    table: Path,
+    checkpoint: Path,
+    commits_topic: str = COMMITS,
+    metrics_topic: str | None = None,
+    *,
+    secure: bool = False,
 ) -> Settings:
-    """The streaming job on `table`, driven by commit events on `commits_topic` from its earliest offset."""
+    """The streaming job on `table`, driven by commit events on `commits_topic` from its earliest offset; `secure`:
+    through the SASL_SSL listener, from the client settings alone."""
     return Settings(
         clustering=ClusteringSettings(target_rows=5_000),
         stream=StreamSettings(source="kafka", checkpoint_location=str(checkpoint), trigger_interval_seconds=0.2),
         kafka=KafkaSettings(
-            bootstrap_servers=broker.bootstrap,
+            bootstrap_servers=broker.secure_bootstrap if secure else broker.bootstrap,
             commits_topic=commits_topic,
             metrics_topic=metrics_topic,
             starting_offsets="earliest",
+            client_options=broker.client_options() if secure else {},
         ),
         tables=[TableSettings(uri=str(table))],
     )
