@@ -32,6 +32,7 @@ SCHEMA = (
 )
 POLL_MS = 500
 READ_TIMEOUT_SECONDS = 60.0
+METADATA_MAX_AGE_MS = 5000
 
 
 class CommitEvent(BaseModel):
@@ -58,17 +59,18 @@ def parse_event(value: bytes | None) -> tuple[CommitEvent | None, str | None]:
 
 
 def consumer(bootstrap_servers: str, client_options: Mapping[str, str]) -> Any:
+    """A kafka-python consumer without a group; `client_options` (security, ...) win over these defaults."""
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        enable_auto_commit=False,
-        group_id=None,
-        auto_offset_reset="earliest",  # an offset the broker no longer has: read what it has
-        request_timeout_ms=6000,  # an unreachable broker costs a trigger seconds, not half a minute
-        session_timeout_ms=5000,
-        **dict(client_options),
-    )
+    defaults: dict[str, Any] = {
+        "enable_auto_commit": False,
+        "group_id": None,
+        "auto_offset_reset": "earliest",  # an offset the broker no longer has: read what it has
+        "request_timeout_ms": 6000,  # an unreachable broker costs a trigger seconds, not half a minute
+        "session_timeout_ms": 5000,
+        "metadata_max_age_ms": METADATA_MAX_AGE_MS,  # partitions added to the topic are read within seconds
+    }
+    return KafkaConsumer(bootstrap_servers=bootstrap_servers, **{**defaults, **client_options})
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -210,6 +211,16 @@ def read_records(
     finally:
         consumer.close()
     return values
+
+
+def decided_versions(values: list[bytes]) -> dict[str, list[int]]:
+    """Per table, the versions of its metrics records in the order read: one record per micro-batch that decided on
+    the table, so a version twice is a commit decided twice."""
+    versions: dict[str, list[int]] = {}
+    for value in values:
+        record = json.loads(value)
+        versions.setdefault(record["table"], []).append(int(record["version"]))
+    return versions
 
 
 def job_settings(
