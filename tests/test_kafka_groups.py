@@ -5,7 +5,6 @@ Schema `recluster metrics-schema` prints."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import defaultdict
 
 import numpy as np
@@ -18,22 +17,9 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.engine.publish import commit_event_json
 from recluster.settings import TableSettings
 from tests.helpers import append_random, run_cli, wait_for
-from tests.kafka_broker import Broker, java, job_settings, send
+from tests.kafka_broker import console_consumer, job_settings, send
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def console_consumer(broker: Broker, topic: str, group: str, *extra: str) -> list[tuple[str, str]]:
-    """(key, value) lines of Kafka's console consumer in `group`, from the beginning when the group has no offsets."""
-    command = java(
-        "org.apache.kafka.tools.consumer.ConsoleConsumer",
-        *("--bootstrap-server", broker.bootstrap, "--topic", topic, "--group", group, "--from-beginning"),
-        *("--property", "print.key=true", "--property", "key.separator=\t", *extra),
-        log4j=broker.log4j,
-    )
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    lines = [line for line in done.stdout.splitlines() if "\t" in line]
-    return [(key, value) for key, _, value in (line.partition("\t") for line in lines)]
 
 
 def test_metrics_topic_read_by_consumer_groups_keyed_and_ordered_per_table(tmp_path, spark, broker):

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.engine.publish import MetricsRecord, commit_event_json
 from tests.helpers import append_random, run_cli
-from tests.kafka_broker import job_settings, read_records, send
+from tests.kafka_broker import console_consumer, job_settings, read_records, send
 from tests.reliability.checks import assert_intact
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -55,6 +55,9 @@ def test_job_consumes_and_publishes_through_sasl_ssl_from_settings_alone(tmp_pat
         options,
     )
     assert {MetricsRecord.model_validate_json(v).table for v in values} == {str(table)}
+    users = console_consumer(broker, metrics, "secure-users", "--max-messages", str(len(values)), secure=True)
+    assert sorted(value for _, value in users) == sorted(v.decode() for v in values)
+    assert {key for key, _ in users} == {str(table)}
 
 
 @pytest.mark.parametrize(
@@ -68,17 +71,17 @@ def test_watch_refuses_a_wrong_password_or_an_untrusted_certificate_in_one_line(
     table = tmp_path / "events"
     append_random(table, np.random.default_rng(59), 0)
     version = DeltaTable(str(table)).version()
-    options = (
-        broker.client_options(password="not-the-password")
-        if case == "wrong-password"
-        else broker.client_options(cafile=broker.certificates.other_ca)
-    )
+    options = broker.client_options(cafile=broker.certificates.other_ca if case == "untrusted-certificate" else None)
+    del options["sasl_plain_password"]  # from the environment, as docs/kafka.md advises
+    password = "not-the-password" if case == "wrong-password" else broker.client_options()["sasl_plain_password"]
     config = tmp_path / "recluster.yaml"
     kafka = {"bootstrap_servers": broker.secure_bootstrap, "commits_topic": "commits", "client_options": options}
     config.write_text(yaml.safe_dump({"kafka": kafka}))
     checkpoint = tmp_path / "checkpoint"
     done = run_cli(
-        "watch", "--config", config, "--source", "kafka", "--table", table, "--checkpoint", checkpoint, "--seconds", "5"
+        *("watch", "--config", config, "--source", "kafka", "--table", table, "--checkpoint", checkpoint),
+        *("--seconds", "5"),
+        env={"RECLUSTER_KAFKA__CLIENT_OPTIONS__SASL_PLAIN_PASSWORD": password},
     )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()

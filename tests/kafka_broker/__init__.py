@@ -213,6 +213,34 @@ def read_records(
     return values
 
 
+def console_consumer(
+    broker: Broker, topic: str, group: str, *extra: str, secure: bool = False
+) -> list[tuple[str, str]]:
+    """(key, value) lines of Kafka's console consumer in `group`, from the beginning when the group has no offsets;
+    `secure`: on the SASL_SSL listener, with the client.properties docs/kafka.md shows."""
+    if secure:
+        config = broker.work / f"client-{uuid.uuid4().hex[:8]}.properties"
+        config.write_text(
+            "security.protocol=SASL_SSL\n"
+            "sasl.mechanism=SCRAM-SHA-512\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{USER}" password="{PASSWORD}";\n'
+            "ssl.truststore.type=PEM\n"
+            f"ssl.truststore.location={broker.certificates.ca}\n"
+        )
+        extra = (*extra, "--consumer.config", str(config))
+    command = java(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        *("--bootstrap-server", broker.secure_bootstrap if secure else broker.bootstrap, "--topic", topic),
+        *("--group", group, "--from-beginning", "--property", "print.key=true", "--property", "key.separator=\t"),
+        *extra,
+        log4j=broker.log4j,
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    lines = [line for line in done.stdout.splitlines() if "\t" in line]
+    return [(key, value) for key, _, value in (line.partition("\t") for line in lines)]
+
+
 def decided_versions(values: list[bytes]) -> dict[str, list[int]]:
     """Per table, the versions of its metrics records in the order read: one record per micro-batch that decided on
     the table, so a version twice is a commit decided twice."""
