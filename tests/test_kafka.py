@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from kafka import KafkaProducer
 
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
@@ -112,3 +113,36 @@ def test_publish_commits_cli_and_metrics_schema(tmp_path, broker):
     schema = run_cli("metrics-schema", check=True)
     properties = json.loads(schema.stdout)["properties"]
     assert {"time", "table", "version", "table_metrics", "levels", "actions", "errors"} <= set(properties)
+
+
+def test_events_from_a_transactional_producer_with_markers_ending_the_log(tmp_path, spark, broker):
+    """A transactional writer ends the log with commit and abort markers no consumer receives: a micro-batch ends
+    after the last record polled (never at the broker's end offset, the marker's), so every range is read to its end.
+    Aborted events are hints like any other: the Delta log is read for the real commits."""
+    topic = broker.create_topic("transactional")
+    table = tmp_path / "events"
+    rng = np.random.default_rng(37)
+    appended = [append_random(table, rng, 0)]
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=f"writer-{topic}")
+    producer.init_transactions()
+    settings = job_settings(broker, table, tmp_path / "cp", commits_topic=topic)
+    query, handler = start_job(spark, settings, settings.tables)
+    try:
+        for batch in range(1, 5):
+            appended.append(append_random(table, rng, batch))
+            event = commit_event_json(str(table), DeltaTable(str(table)).version(), "WRITE", None).encode()
+            producer.begin_transaction()
+            producer.send(topic, value=event)
+            if batch == 3:
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+            query.processAllAvailable()
+        status = handler.status[str(table)]
+    finally:
+        stop_gracefully(query, handler)
+        producer.close()
+    assert query.exception() is None
+    assert status.tasks > 0 and status.failures == 0, status
+    assert status.version >= DeltaTable(str(table)).version() - 2  # caught up, the last committed event included
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))

@@ -2,8 +2,9 @@
 
 Partitions are assigned explicitly and offsets {"partitions": {partition: next_offset}} live in the Spark
 checkpoint, as Spark's own Kafka source keeps them: no consumer group, no commits to the broker. The end
-of a micro-batch is taken from the records actually polled, never from the broker's reported end offsets
-(which can lag behind what it serves), so the tail is never lost.
+of a micro-batch is taken from the records actually polled, never from the broker's end offsets: after a
+transactional writer's commit or abort that offset is a marker no poll returns, and a range ending there
+would never be read to its end (tests/test_kafka.py). Partitions added to the topic are read within seconds.
 
 An event is JSON {"table": uri, "version": int, "operation": str, "timestamp": ms}. Malformed events are
 returned as rows with `error` set (the job counts, logs and skips them); they never fail the query. The job
