@@ -71,19 +71,35 @@ def rank_keys(keys: Sequence[bytes]) -> tuple[IntArray, int]:
     return ranks, int(ranks.max()) + 1
 
 
-def _rank_words(lows: npt.NDArray[np.uint64], highs: npt.NDArray[np.uint64]) -> tuple[IntArray, int]:
+def _rank_words(
+    lows: npt.NDArray[np.uint64], highs: npt.NDArray[np.uint64], groups: IntArray | None = None
+) -> tuple[IntArray, int]:
     """Dense int32 ranks of two arrays of numbers (one set of ranks), freeing each temporary as soon as it is
     spent: a million-file table's keys are two million numbers, and `np.unique` with its inverse holds about
     twice as much at once. The words are sorted in place after the argsort instead of gathered through it (a
-    second sort costs less than a third full-size array)."""
+    second sort costs less than a third full-size array). With `groups` (each file's partition, in the order of
+    the partitions' keys) a number ranks within its group: numbers of two groups never tie."""
     words = np.concatenate([lows, highs])
     if not len(words):
         return np.zeros(0, dtype=np.int32), 0
-    order = np.argsort(words)
-    words.sort()
-    new_value = np.empty(len(words), dtype=bool)
-    new_value[0] = True
-    np.not_equal(words[1:], words[:-1], out=new_value[1:])
+    if groups is None:
+        order = np.argsort(words)
+        words.sort()
+        new_value = np.empty(len(words), dtype=bool)
+        new_value[0] = True
+        np.not_equal(words[1:], words[:-1], out=new_value[1:])
+    else:
+        both = np.concatenate([groups, groups])
+        order = np.argsort(words)  # then by group, stably (a radix sort for up to 32,768 groups): twice lexsort's speed
+        grouped = both[order].astype(np.int16) if int(both.max()) < 1 << 15 else both[order]
+        order = order[np.argsort(grouped, kind="stable")]
+        del grouped
+        words, both = words[order], both[order]
+        new_value = np.empty(len(words), dtype=bool)
+        new_value[0] = True
+        np.not_equal(words[1:], words[:-1], out=new_value[1:])
+        new_value[1:] |= both[1:] != both[:-1]
+        del both
     del words
     dense = np.cumsum(new_value, dtype=np.int32)
     del new_value
@@ -226,11 +242,15 @@ class BlockTable(Sequence[Block]):
         stats_overrides: Mapping[int, tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] | None = None,
         deletion_vectors: Mapping[int, DeletionVector] | None = None,
         blocks: Sequence[Block] | None = None,
+        partition_prefixes: Sequence[bytes] | None = None,
     ) -> None:
         self.paths = paths
         self._rows, self._sizes, self._modified = rows, sizes, modified_ms
         """Kept as the log's Arrow columns when nothing had to be filled in: the floor holds them already."""
         self.min_keys, self.max_keys, self.clustered = min_keys, max_keys, clustered
+        self.partition_prefixes = tuple(partition_prefixes) if partition_prefixes is not None else None
+        """Set when the keys are words within partitions: a file's key is its partition's prefix, then the word's
+        key (a partitioned table's million keys held as numbers, not as byte strings)."""
         self.ranged = ranged
         """Files with min/max tuples of every key column (NULL values allowed): what column scans count."""
         self.lows, self.highs = tuple(lows), tuple(highs)
@@ -329,7 +349,8 @@ class BlockTable(Sequence[Block]):
         if keys.dtype == object:
             key: bytes = keys[index]
             return key
-        return word_key(keys[index])
+        prefix = b"" if self.partition_prefixes is None else self.partition_prefixes[self.partition_codes[index]]
+        return prefix + word_key(keys[index])
 
     def _make(self, index: int) -> Block:
         if index in self.stats_overrides:
@@ -357,15 +378,24 @@ class BlockTable(Sequence[Block]):
 
     def rows_of(self, indices: IntArray | None = None) -> IntArray:
         """Row counts of these files (None: all) as int64."""
-        return _numbers_of(self._rows, indices)
+        return self._numbers("_rows", indices)
 
     def modified_of(self, indices: IntArray | None = None) -> IntArray:
         """Modification times (ms) of these files (None: all) as int64."""
-        return _numbers_of(self._modified, indices)
+        return self._numbers("_modified", indices)
 
     def sizes_of(self, indices: IntArray | None = None) -> IntArray:
         """Sizes in bytes of these files (None: all) as int64."""
-        return _numbers_of(self._sizes, indices)
+        return self._numbers("_sizes", indices)
+
+    def _numbers(self, name: str, indices: IntArray | None) -> IntArray:
+        """One of the per-file number columns; in a partitioned table a subset asked converts an Arrow column once
+        and keeps it (selection asks partition by partition: a conversion each would cost partitions x files)."""
+        numbers: Numbers = getattr(self, name)
+        if indices is not None and len(self.partitions) > 1 and not isinstance(numbers, np.ndarray):
+            numbers = _numbers_of(numbers, None)
+            setattr(self, name, numbers)
+        return _numbers_of(numbers, indices)
 
     def smallest_first(self, indices: IntArray) -> IntArray:
         """These files ordered by size, then path (one Arrow sort: a backfilled table has a million of them)."""
@@ -392,7 +422,13 @@ class BlockTable(Sequence[Block]):
                 ranks, points = rank_keys([*self.min_keys[chosen], *self.max_keys[chosen]])
                 ranks = ranks.astype(np.int32)
             else:
-                ranks, points = _rank_words(self.min_keys[chosen], self.max_keys[chosen])
+                groups = None
+                if self.partition_prefixes is not None:  # partitions in the order of their prefixes, never overlapping
+                    order = sorted(range(len(self.partition_prefixes)), key=self.partition_prefixes.__getitem__)
+                    place = np.empty(len(order), dtype=np.int32)
+                    place[order] = np.arange(len(order), dtype=np.int32)
+                    groups = place[self.partition_codes[chosen]]
+                ranks, points = _rank_words(self.min_keys[chosen], self.max_keys[chosen], groups)
             count = self._clustered_count
             if every:
                 lo, hi = ranks[:count], ranks[count:]
@@ -408,6 +444,14 @@ class BlockTable(Sequence[Block]):
         set's arrays stay small)."""
         lo, hi, points = self.key_ranks()
         if len(indices) * 4 >= self._clustered_count:
+            return lo[indices], hi[indices], points
+        return dense_ranks(lo[indices], hi[indices])
+
+    def dense_ranks_of(self, indices: IntArray) -> tuple[IntArray, IntArray, int]:
+        """These (distinct, clustered) files' key ranks made dense among their own ends: the table's ranks as they
+        are when the files are all its clustered ones (no second sort of a million files' keys)."""
+        lo, hi, points = self.key_ranks()
+        if len(indices) == self._clustered_count:
             return lo[indices], hi[indices], points
         return dense_ranks(lo[indices], hi[indices])
 
@@ -483,6 +527,12 @@ def _codes(values: Sequence[Any], distinct: Sequence[Any]) -> IntArray:
         return np.zeros(len(values), dtype=np.int64)
     place = {v: i for i, v in enumerate(distinct)}
     return np.array([place[v] for v in values], dtype=np.int64)
+
+
+def release_arrow_memory() -> None:
+    """Hand back the pages Arrow's pool keeps after a big step over every file: the numpy arrays of the next step
+    cannot reuse them, so they would add to the process's peak memory (a million files: tens of MB)."""
+    pa.default_memory_pool().release_unused()
 
 
 def as_table(blocks: Sequence[Block]) -> BlockTable:

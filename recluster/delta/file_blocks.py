@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from recluster.core.block_table import NO_HORIZON, BlockTable, IntArray, key_arrays
+from recluster.core.block_table import NO_HORIZON, BlockTable, IntArray, key_arrays, release_arrow_memory
 from recluster.core.blocks import Block, Partition
 from recluster.core.curves import whole_curve
 from recluster.core.deletion_vectors import DeletionVector
@@ -235,7 +235,6 @@ def blocks_from_actions(
         (number_words(lows[0], key.columns[0]), number_words(highs[0], key.columns[0]))
         if linear
         and len(stats) == 1
-        and not partition_columns
         and from_log.all()
         and lows[0].null_count == 0
         and highs[0].null_count == 0  # (a NULL minimum is a shorter key)
@@ -244,10 +243,10 @@ def blocks_from_actions(
     min_keys: npt.NDArray[Any]
     max_keys: npt.NDArray[Any]
     key_list: tuple[list[bytes | None], list[bytes | None]] | None = None
+    prefix_of = [encode_partition(p) for p in partitions]
     if words[0] is not None and words[1] is not None:
         min_keys, max_keys = words[0], words[1]
     else:
-        prefix_of = [encode_partition(p) for p in partitions]
         prefixes = [prefix_of[c] for c in partition_codes.tolist()]
         key_list = (
             (_encoded(lows, key, prefixes), _encoded(highs, key, prefixes))
@@ -309,6 +308,7 @@ def blocks_from_actions(
     vectors = deletion_vectors or {}
     logged = paths.combine_chunks() if vectors else None
     positions = pc.index_in(pa.array(list(vectors), pa.string()), value_set=logged) if vectors else None
+    release_arrow_memory()
     return BlockTable(
         paths=paths,
         rows=rows,
@@ -328,6 +328,7 @@ def blocks_from_actions(
         ages=np.where(absorbed, names.run_numbers, modified_ms) if absorbed.any() else modified_ms,
         horizons=names.horizons,
         curve_ranges=curve_ranges,
+        partition_prefixes=prefix_of if partition_columns and words[0] is not None else None,
         stats_overrides=overrides,
         deletion_vectors={
             int(at): vector

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from recluster.core.block_table import BlockTable, IntArray, dense_ranks
+from recluster.core.block_table import BlockTable, IntArray
 from recluster.core.blocks import Block, Partition
 from recluster.core.metrics import ranked_depth_profile
 from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, bounded, level_threshold, output_level
@@ -22,16 +22,13 @@ def _deepest_range_tasks(
 
     Returns the file groups, their depths and how many candidate groups were over the size bounds.
     """
-    lo, hi, _ = table.key_ranks()
-    profile = ranked_depth_profile(*dense_ranks(lo[pool], hi[pool]))  # dense: depth runs are walked point by point
+    profile = ranked_depth_profile(*table.dense_ranks_of(pool))  # dense: depth runs are walked point by point
     depth = profile.point_depth
     if not len(depth) or int(depth.max()) < 2 or float(profile.block_depth.mean()) <= threshold:
         return [], [], 0
     # Maximal runs of equal depth that no gap interrupts (some block spans each step from one point to
     # the next), visited deepest first; a run's covering blocks form a candidate.
-    spanning = np.cumsum(np.bincount(profile.lo, minlength=len(depth))) - np.cumsum(
-        np.bincount(profile.hi, minlength=len(depth))
-    )
+    spanning = depth - np.bincount(profile.hi, minlength=len(depth)).astype(np.int32)
     change = np.flatnonzero((np.diff(depth) != 0) | (spanning[:-1] == 0)) + 1
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change - 1, [len(depth) - 1]))
