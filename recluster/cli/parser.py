@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from recluster.cli.common import OneLineErrorParser
 from recluster.cli.demo import cmd_demo
+from recluster.cli.estimate import cmd_estimate
 from recluster.cli.kafka import cmd_metrics_schema, cmd_metrics_tail, cmd_publish_commits
 from recluster.cli.optimize import cmd_clean, cmd_maintain, cmd_optimize, cmd_status
 from recluster.cli.tables import cmd_info, cmd_run, cmd_sql
@@ -180,6 +181,31 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     add_common_options(optimize)
     optimize.set_defaults(handler=cmd_optimize)
+
+    estimate = commands.add_parser(
+        "estimate",
+        help="what automatic clustering will cost a table, learned from its commits, against the alternatives",
+        description=(
+            "Learns the shape of the table's appends from its Delta log and projects, with the configured policy, "
+            "a first FINAL and the steady state per day, against no clustering, compact and a full sort every N."
+        ),
+    )
+    estimate.add_argument("table", metavar="TABLE_URI")
+    estimate.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
+    estimate.add_argument(
+        "--policy",
+        choices=[str(policy) for policy in Policy],
+        help="selection policy (default: table property recluster.policy, else selection.policy)",
+    )
+    estimate.add_argument("--days", type=float, metavar="N", help="learn from the commits of the last N days only")
+    estimate.add_argument(
+        "--every", type=int, default=5, metavar="N", help="appends between compact/full-sort runs (default 5)"
+    )
+    estimate.add_argument(
+        "--merge-mb-per-second", type=float, metavar="S", help="merge speed (default: measured on this machine)"
+    )
+    add_common_options(estimate)
+    estimate.set_defaults(handler=cmd_estimate)
 
     status = commands.add_parser(
         "status",

@@ -1,0 +1,196 @@
+"""Run a strategy over synthetic appends shaped like a table's history, in the table model (issue 35).
+
+The configured policy is the product's own selection (`select_merge_tasks`) after every append, on files that hold
+real keys and are cut as the merge kernel cuts them (`ModelTable`). The alternatives a user weighs are what other
+tools do: nothing, delta-rs `compact` (bin-packing small files, unsorted) and a full sort (FINAL, `OPTIMIZE
+ZORDER`) every N appends. Appends are scaled down to `rows_per_append` model rows (files scaled alike: the same
+rows per append / rows per file) and, beyond `MAX_MODEL_APPENDS`, one modelled append stands for several commits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from recluster.core.estimate.model import FINGERPRINT, KEY, MODEL_BYTES_PER_ROW, ModelTable, cut_sorted
+from recluster.core.estimate.shape import HistoryShape, synthetic_append
+from recluster.core.keys import ClusterKey
+from recluster.core.pruning import column_scan_fractions
+from recluster.core.selection.plan import SelectionBounds
+
+MAX_MODEL_APPENDS = 500
+"""Longer histories are modelled as this many appends, each standing for several commits (said in the output)."""
+MODEL_ROWS_PER_APPEND = 200
+"""Model rows of one append (fewer when the appends are smaller); files are scaled alike."""
+MIN_MODEL_FILE_ROWS = 8
+DEPTH_SAMPLES = 200
+"""The depth is measured after this many appends at most, evenly spread (the time average is over those)."""
+STEADY_SHARE = 0.5
+"""Per-day figures come from the newer half of the modelled appends (the start of a table is cheaper)."""
+
+
+class Strategy(StrEnum):
+    """What is done to the table as appends arrive."""
+
+    POLICY = "policy"
+    """recluster's configured selection policy after every append."""
+    NONE = "none"
+    COMPACT = "compact_every_n"
+    """delta-rs optimize.compact every N appends: small files bin-packed, not sorted."""
+    FULL_SORT = "full_sort_every_n"
+    """A FINAL recluster or OPTIMIZE ZORDER every N appends: everything sorted again."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelScale:
+    """How the history maps onto the model: model appends, their rows, the model file size."""
+
+    appends: int
+    commits_per_append: int
+    rows_per_append: int
+    target_rows: int
+    rows_scale: float
+    """Real rows per model row."""
+
+    @classmethod
+    def of(cls, shape: HistoryShape, target_rows: int) -> ModelScale:
+        commits = max(1, math.ceil(shape.appends / MAX_MODEL_APPENDS))
+        real_rows = shape.rows_per_append * commits
+        rows = max(1, min(MODEL_ROWS_PER_APPEND, round(real_rows)))
+        model_target = round(target_rows * rows / real_rows)
+        if model_target < MIN_MODEL_FILE_ROWS:  # appends far bigger than a file: keep files a few rows long
+            rows = max(rows, math.ceil(rows * MIN_MODEL_FILE_ROWS / max(model_target, 1)))
+            model_target = max(MIN_MODEL_FILE_ROWS, round(target_rows * rows / real_rows))
+        return cls(math.ceil(shape.appends / commits), commits, rows, model_target, real_rows / rows)
+
+    @property
+    def sampled(self) -> bool:
+        return self.commits_per_append > 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRun:
+    """What one strategy did over the modelled appends, in model rows and files."""
+
+    strategy: Strategy
+    appends: int
+    rows_appended: int
+    rows_rewritten: int
+    merges: int
+    files_added: int
+    files_removed: int
+    steady_appends: int
+    """The newer appends the steady_* figures count over."""
+    steady_rows_rewritten: int
+    steady_merges: int
+    steady_files_added: int
+    steady_files_removed: int
+    time_averaged_depth: float
+    final_files: int
+    files_read: float
+    """Files a point predicate on the key reads after stats pruning, at the end."""
+
+
+@dataclass
+class _Counts:
+    merges: int = 0
+    added: int = 0
+    removed: int = 0
+
+
+def run_model(
+    shape: HistoryShape, scale: ModelScale, strategy: Strategy, bounds: SelectionBounds, every: int, seed: int = 35
+) -> ModelRun:
+    """Append `scale.appends` synthetic appends of `shape` to an empty model table, doing `strategy` after each."""
+    rng = np.random.default_rng(seed)
+    table = ModelTable(scale.target_rows)
+    model_bytes_per_row = shape.bytes_per_row * scale.rows_scale / MODEL_BYTES_PER_ROW
+    model_bounds = dataclasses.replace(
+        bounds,
+        key_fingerprint=FINGERPRINT,
+        target_rows=scale.target_rows,
+        max_task_bytes=max(1, int(bounds.max_task_bytes / model_bytes_per_row)),
+    )
+    counts, steady = _Counts(), _Counts()
+    steady_from = int(scale.appends * (1 - STEADY_SHARE))
+    steady_rewritten = 0
+    depths: list[float] = []
+    stride = max(1, scale.appends // DEPTH_SAMPLES)
+    for index in range(scale.appends):
+        table.append(synthetic_append(shape, index, scale.rows_per_append, rng))
+        rewritten = table.rewritten
+        done = _maintain(table, strategy, model_bounds, (index + 1) % every == 0)
+        if index >= steady_from:
+            steady_rewritten += table.rewritten - rewritten
+            steady.merges, steady.added, steady.removed = (
+                steady.merges + done.merges,
+                steady.added + done.added,
+                steady.removed + done.removed,
+            )
+        counts.merges, counts.added, counts.removed = (
+            counts.merges + done.merges,
+            counts.added + done.added,
+            counts.removed + done.removed,
+        )
+        if (scale.appends - 1 - index) % stride == 0:
+            depths.append(table.average_depth)
+    blocks = list(table.blocks.values())
+    fractions = column_scan_fractions(blocks, ClusterKey(KEY))
+    return ModelRun(
+        strategy=strategy,
+        appends=scale.appends,
+        rows_appended=table.appended,
+        rows_rewritten=table.rewritten,
+        merges=counts.merges,
+        files_added=counts.added,
+        files_removed=counts.removed,
+        steady_appends=scale.appends - steady_from,
+        steady_rows_rewritten=steady_rewritten,
+        steady_merges=steady.merges,
+        steady_files_added=steady.added,
+        steady_files_removed=steady.removed,
+        time_averaged_depth=float(np.mean(depths)),
+        final_files=len(blocks),
+        files_read=fractions.get(KEY[0].name, 1.0) * len(blocks),
+    )
+
+
+def _maintain(table: ModelTable, strategy: Strategy, bounds: SelectionBounds, due: bool) -> _Counts:
+    """Do the strategy's work after one append; what it merged, added and removed."""
+    done = _Counts()
+    if strategy is Strategy.POLICY:
+        for task in table.plan(bounds).tasks:
+            done.merges += 1
+            done.removed += len(task.files)
+            done.added += len(table.merge(task))
+    elif strategy is Strategy.FULL_SORT and due and len(table.blocks) > 1:
+        pieces = cut_sorted(table.all_keys(), table.target_rows, ())
+        done.merges, done.removed, done.added = 1, len(table.blocks), len(pieces)
+        table.replace(list(table.keys), pieces)
+    elif strategy is Strategy.COMPACT and due:
+        for paths in _compact_bins(table):
+            done.merges += 1
+            done.removed += len(paths)
+            done.added += 1
+            table.replace(paths, [np.concatenate([table.keys[p] for p in paths])])
+    return done
+
+
+def _compact_bins(table: ModelTable) -> list[list[str]]:
+    """delta-rs compact's bins: the files under the target size, oldest first, packed up to the target; a bin of
+    one file is left alone."""
+    bins: list[list[str]] = [[]]
+    rows = 0
+    for path, keys in table.keys.items():
+        if len(keys) >= table.target_rows:
+            continue
+        if bins[-1] and rows + len(keys) > table.target_rows:
+            bins.append([])
+            rows = 0
+        bins[-1].append(path)
+        rows += len(keys)
+    return [b for b in bins if len(b) > 1]

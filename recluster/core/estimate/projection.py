@@ -1,0 +1,168 @@
+"""The estimate in the table's units (issue 35): model runs scaled back to rows, bytes, files, days and seconds.
+
+Bytes are rows x the bytes per row the table's appends have; compute seconds are bytes rewritten over the merge
+speed; per-day figures are the newer half of the modelled appends at the history's pace; storage churn is the
+bytes removed per day kept until vacuum (the table's `delta.deletedFileRetentionDuration`, 7 days by default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recluster.core.estimate.project import ModelRun, ModelScale, Strategy
+from recluster.core.estimate.shape import HistoryShape
+
+MB = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class InitialCost:
+    """What a first FINAL rewrites (its first round's plan) and how long it takes at the merge speed."""
+
+    files: int
+    rows: int
+    bytes: int
+    files_written: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class PerDay:
+    """The steady state: per day at the history's pace of appends."""
+
+    appends: float
+    bytes_rewritten: float
+    merges: float
+    compute_seconds: float
+    files_added: float
+    files_removed: float
+    storage_churn_bytes: float
+    """Bytes of removed files still stored until vacuum deletes them (bytes removed per day x retention days)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyEstimate:
+    """One way of maintaining the table over a history like the one learned from."""
+
+    name: str
+    description: str
+    bytes_rewritten: int
+    write_amplification: float
+    """Bytes rewritten / bytes appended over the modelled history."""
+    merges: int
+    time_averaged_depth: float
+    files: int
+    files_read_per_predicate: Mapping[str, float]
+    """Per key column: files a point predicate reads after stats pruning, at the end (first column only: see
+    `recluster/core/estimate/project.py`)."""
+    per_day: PerDay
+
+
+@dataclass(frozen=True, slots=True)
+class TableEstimate:
+    """`recluster estimate`'s answer for one table."""
+
+    table: str
+    version: int
+    key: tuple[str, ...]
+    policy: str
+    shape: HistoryShape
+    scale: ModelScale
+    merge_mb_per_second: float
+    merge_speed_measured: bool
+    retention_days: float
+    initial: InitialCost
+    strategies: tuple[StrategyEstimate, ...]
+    notes: tuple[str, ...]
+    seconds: float = 0.0
+
+    @property
+    def configured(self) -> StrategyEstimate:
+        """The configured policy's estimate (the first one)."""
+        return self.strategies[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        shape = dataclasses.asdict(self.shape)
+        shape.update(
+            kind=str(self.shape.kind),
+            rows_per_append=self.shape.rows_per_append,
+            bytes_per_row=self.shape.bytes_per_row,
+            appends_per_day=self.shape.appends_per_day,
+        )
+        return {
+            "table": self.table,
+            "version": self.version,
+            "key": list(self.key),
+            "policy": self.policy,
+            "history": shape,
+            "model": {**dataclasses.asdict(self.scale), "sampled": self.scale.sampled},
+            "merge_mb_per_second": self.merge_mb_per_second,
+            "merge_speed_measured": self.merge_speed_measured,
+            "retention_days": self.retention_days,
+            "initial": dataclasses.asdict(self.initial),
+            "strategies": {s.name: _strategy_dict(s) for s in self.strategies},
+            "notes": list(self.notes),
+            "seconds": self.seconds,
+        }
+
+
+def _strategy_dict(estimate: StrategyEstimate) -> dict[str, Any]:
+    data = dataclasses.asdict(estimate)
+    data.pop("name")
+    data["files_read_per_predicate"] = dict(estimate.files_read_per_predicate)
+    return data
+
+
+def strategy_name(strategy: Strategy, policy: str, every: int) -> tuple[str, str]:
+    """(name, description) of a strategy as the output shows it."""
+    return {
+        Strategy.POLICY: (policy, f"recluster, policy {policy}, after every append"),
+        Strategy.NONE: ("none", "no clustering"),
+        Strategy.COMPACT: (f"compact_every_{every}", f"delta-rs optimize.compact every {every} appends"),
+        Strategy.FULL_SORT: (
+            f"full_sort_every_{every}",
+            f"a full sort (recluster FINAL, OPTIMIZE ZORDER) every {every} appends",
+        ),
+    }[strategy]
+
+
+def scaled(
+    run: ModelRun,
+    *,
+    shape: HistoryShape,
+    scale: ModelScale,
+    key: Sequence[str],
+    policy: str,
+    every: int,
+    mb_per_second: float,
+    retention_days: float,
+) -> StrategyEstimate:
+    """A model run in the table's units."""
+    bytes_per_model_row = shape.bytes_per_row * scale.rows_scale
+    per_append = scale.commits_per_append
+    days_per_append = per_append / shape.appends_per_day
+    steady_days = max(run.steady_appends * days_per_append, 1e-12)
+    rewritten_per_day = run.steady_rows_rewritten * bytes_per_model_row / steady_days
+    name, description = strategy_name(run.strategy, policy, every)
+    return StrategyEstimate(
+        name=name,
+        description=description,
+        bytes_rewritten=round(run.rows_rewritten * bytes_per_model_row),
+        write_amplification=run.rows_rewritten / max(run.rows_appended, 1),
+        merges=run.merges,
+        time_averaged_depth=run.time_averaged_depth,
+        files=run.final_files,
+        files_read_per_predicate={key[0]: run.files_read},
+        per_day=PerDay(
+            appends=shape.appends_per_day,
+            bytes_rewritten=rewritten_per_day,
+            merges=run.steady_merges / steady_days,
+            compute_seconds=rewritten_per_day / (mb_per_second * MB),
+            files_added=run.steady_files_added / steady_days,
+            files_removed=run.steady_files_removed / steady_days,
+            storage_churn_bytes=rewritten_per_day * retention_days,
+        ),
+    )
