@@ -155,6 +155,13 @@ def arrow_numbers(values: pa.Array | pa.ChunkedArray, fill: int | float) -> npt.
     return array if array.flags.writeable else array.copy()  # (a view of Arrow's memory is read-only)
 
 
+def signed_words(numbers: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+    """int64 numbers as the unsigned words their keys order as (the sign bit flipped), in place."""
+    words: npt.NDArray[np.uint64] = numbers.view(np.uint64)
+    words ^= np.uint64(_SIGN64)
+    return words
+
+
 def number_words(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint64] | None:
     """What `encode_value` writes after the marker for every value at once, as the native unsigned 64-bit words
     that order as those 8 bytes (a NULL row's word is garbage): integers, dates, timestamps (s/ms/us) and floats.
@@ -173,9 +180,7 @@ def number_words(values: pa.Array, column: KeyColumn) -> npt.NDArray[np.uint64] 
             numbers = arrow_numbers(values.cast(pa.int64()), 0).astype(np.int64, copy=False)
             if column.type is KeyType.TIMESTAMP and _TIME_UNIT_MICROS[kind.unit] != 1:
                 numbers *= _TIME_UNIT_MICROS[kind.unit]
-            words: npt.NDArray[np.uint64] = numbers.view(np.uint64)
-            words ^= np.uint64(_SIGN64)
-            return words
+            return signed_words(numbers)
         case KeyType.FLOAT if pa.types.is_floating(kind):
             floats = arrow_numbers(values.cast(pa.float64()), 0.0).astype(np.float64, copy=False)
             floats += 0.0  # -0.0 -> 0.0

@@ -27,7 +27,6 @@ from recluster.core.blocks import Block, Partition
 from recluster.core.curves import whole_curve
 from recluster.core.deletion_vectors import DeletionVector
 from recluster.core.keys import (
-    CURVE_COLUMN,
     ClusterKey,
     KeyColumn,
     KeyType,
@@ -36,6 +35,7 @@ from recluster.core.keys import (
     encode_keys,
     encode_partition,
     number_words,
+    signed_words,
 )
 from recluster.delta.file_names import parse_file_names
 from recluster.delta.storage import file_location, table_filesystem
@@ -244,8 +244,11 @@ def blocks_from_actions(
     max_keys: npt.NDArray[Any]
     key_list: tuple[list[bytes | None], list[bytes | None]] | None = None
     prefix_of = [encode_partition(p) for p in partitions]
+    prefixes: list[bytes] = []
     if words[0] is not None and words[1] is not None:
         min_keys, max_keys = words[0], words[1]
+    elif on_curve:  # words of the curve values in the file names, below
+        min_keys, max_keys = np.zeros(count, np.uint64), np.zeros(count, np.uint64)
     else:
         prefixes = [prefix_of[c] for c in partition_codes.tolist()]
         key_list = (
@@ -274,24 +277,23 @@ def blocks_from_actions(
     fingerprint_codes, fingerprints = names.fingerprint_codes, list(names.fingerprints)
     curve_ranges: dict[int, tuple[int, int]] = {}
     if on_curve:  # ranged by the curve values in its name
-        assert key_list is not None
         fingerprint_codes = fingerprint_codes.astype(np.int32)  # (a writable copy)
         current = fingerprints.index(key.fingerprint) if key.fingerprint in fingerprints else -1
         if None not in fingerprints:
             fingerprints.append(None)
-        unsorted = fingerprints.index(None)
-        whole = whole_curve(len(key.columns)) if key.bounds is not None else None
-        for i in range(count):
-            if fingerprint_codes[i] == current and names.curve_lows[i] >= 0:
-                curve_ranges[i] = (int(names.curve_lows[i]), int(names.curve_highs[i]))
-            else:  # not sorted on this curve yet: it may hold any curve value (and is merged onto it by absorbing)
-                fingerprint_codes[i] = unsorted
-                if whole is not None and (overrides[i][0] if i in overrides else True):
-                    curve_ranges[i] = whole
-            if (curve := curve_ranges.get(i)) is not None:
-                key_list[0][i] = encode_key(curve[:1], (CURVE_COLUMN,), prefixes[i])
-                key_list[1][i] = encode_key(curve[1:], (CURVE_COLUMN,), prefixes[i])
-                clustered[i] = True
+        on = (fingerprint_codes == current) & (names.curve_lows >= 0)
+        fingerprint_codes[~on] = fingerprints.index(None)
+        curve_lows, curve_highs = np.where(on, names.curve_lows, 0), np.where(on, names.curve_highs, 0)
+        if key.bounds is not None:  # not sorted on this curve yet: it may hold any curve value (absorbing merges it)
+            spanning = ~on
+            spanning[[i for i, (mins, _) in overrides.items() if not mins]] = False  # (no footer stats: no range)
+            curve_lows[spanning], curve_highs[spanning] = whole_curve(len(key.columns))
+            on |= spanning
+        chosen = np.flatnonzero(on)
+        ranges = zip(curve_lows[chosen].tolist(), curve_highs[chosen].tolist(), strict=True)
+        curve_ranges = dict(zip(chosen.tolist(), ranges, strict=True))
+        clustered |= on
+        min_keys, max_keys = signed_words(curve_lows.astype(np.int64)), signed_words(curve_highs.astype(np.int64))
     if key_list is not None:
         min_keys, max_keys = key_arrays(*key_list)
     if fingerprints == [None]:  # nothing recluster wrote: every file appended, level 0
@@ -328,7 +330,7 @@ def blocks_from_actions(
         ages=np.where(absorbed, names.run_numbers, modified_ms) if absorbed.any() else modified_ms,
         horizons=names.horizons,
         curve_ranges=curve_ranges,
-        partition_prefixes=prefix_of if partition_columns and words[0] is not None else None,
+        partition_prefixes=prefix_of if partition_columns and key_list is None else None,
         stats_overrides=overrides,
         deletion_vectors={
             int(at): vector
