@@ -36,7 +36,8 @@ def referee_missing() -> str | None:
 class Referee:
     """One Delta Spark session for a whole pytest run; requests are serialized."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, *, defaults: bool = False, driver_memory: str = "1g") -> None:
+        """`defaults`: Spark's and Delta's default settings (benchmarks) instead of the tests' shortcuts."""
         self.work = work
         self._lock = threading.Lock()
         self._count = 0
@@ -44,6 +45,7 @@ class Referee:
             k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_HOME", "PYTHONPATH"))
         }
         environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")
+        environment.update(REFEREE_DEFAULTS="1" if defaults else "0", REFEREE_DRIVER_MEMORY=driver_memory)
         self._log = open(work / "referee.log", "wb")  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             [str(REFEREE_PYTHON), str(Path(__file__).with_name("server.py")), str(REFEREE_JARS)],

@@ -22,33 +22,39 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+TEST_SHORTCUTS = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.databricks.delta.snapshotPartitions": "1",
+    # small tables, many statements: fewer tasks, no .crc files, no MERGE source copy, no code generation
+    "spark.databricks.delta.writeChecksumFile.enabled": "false",
+    "spark.databricks.delta.merge.materializeSource": "none",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",  # the scan's metrics stay on the plan that ran
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",  # VACUUM lists in 2 tasks, not 10,000: 34 -> 3 s
+}
+"""Settings that make the tests' many small statements fast; a benchmark (REFEREE_DEFAULTS=1) runs on Spark's and
+Delta's defaults instead, as users do."""
+
 
 def session(jars_dir: str) -> SparkSession:
     jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
     if not jars:
         raise SystemExit(f"no Delta Spark jars in {jars_dir} (run ./dev referee)")
-    return (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("delta-spark-referee")
         .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.databricks.delta.snapshotPartitions", "1")
-        # small tables, many statements: fewer tasks, no .crc files, no MERGE source copy, no code generation
-        .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
-        .config("spark.databricks.delta.merge.materializeSource", "none")
-        .config("spark.sql.codegen.wholeStage", "false")
-        .config("spark.sql.adaptive.enabled", "false")  # the scan's metrics stay on the plan that ran
         .config("spark.sql.session.timeZone", "UTC")
-        .config(
-            "spark.sql.sources.parallelPartitionDiscovery.parallelism", "2"
-        )  # VACUUM lists in 2 tasks, not 10,000: 34 s -> 3 s
-        .config("spark.driver.memory", "1g")
+        .config("spark.driver.memory", os.environ.get("REFEREE_DRIVER_MEMORY", "1g"))
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("REFEREE_WORK", "/tmp"), "warehouse"))
-        .getOrCreate()
     )
+    if os.environ.get("REFEREE_DEFAULTS") != "1":
+        for key, value in TEST_SHORTCUTS.items():
+            builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def plain(value: Any) -> Any:
