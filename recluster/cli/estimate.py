@@ -38,7 +38,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def render_estimate(result: TableEstimate, console: Console) -> None:
     shape, initial = result.shape, result.initial
-    speed = "measured" if result.merge_speed_measured else "given"
+    speed = "given" if result.calibration is None else f"measured on {result.calibration.files} files"
     console.print(
         f"{result.table} (version {result.version}) by ({', '.join(result.key)}), policy {result.policy}\n"
         f"learned from {shape.appends:,} appends ({shape.rows_per_append:,.0f} rows, "

@@ -9,49 +9,78 @@ synthetic batch), or the speed given.
 
 from __future__ import annotations
 
-import io
+import os
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import unquote
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
+from recluster.core.blocks import Block, new_run_id
 from recluster.core.errors import TableError
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
-from recluster.core.estimate.projection import MB, InitialCost, TableEstimate, scaled
+from recluster.core.estimate.projection import MB, Calibration, InitialCost, TableEstimate, scaled
 from recluster.core.estimate.shape import KeyShape, learn_shape
 from recluster.core.segments import files_for_rows
 from recluster.core.selection import select_merge_tasks
+from recluster.core.selection.plan import MergeTask, Reason
 from recluster.delta.append_history import late_samples, read_appends
 from recluster.delta.maintenance import DEFAULT_DELETED_FILE_RETENTION_HOURS, parse_delta_interval
+from recluster.delta.snapshot import TableSnapshot
+from recluster.delta.storage import file_location, table_filesystem
 from recluster.engine.api import read_snapshot, selection_bounds
 from recluster.settings import Settings
-from recluster.spark.in_process import sort_by_key
 
-CALIBRATION_ROWS = 200_000
+CALIBRATION_MAX_BYTES = 64 * MB
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
-def measure_merge_speed(bytes_per_row: float, rows: int = CALIBRATION_ROWS) -> float:
-    """MB of Parquet per second the in-process merge reads, sorts by key and writes, on a synthetic batch of
-    random int64 keys and a random payload as wide as the table's rows (in memory: nothing on disk)."""
-    rng = np.random.default_rng(35)
-    width = max(1, int(bytes_per_row) - 8)
-    payload = rng.integers(0, 256, size=rows * width, dtype=np.uint8).tobytes()
-    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
-    batch = pa.table(
-        {
-            "k": pa.array(rng.integers(-(1 << 62), 1 << 62, size=rows, dtype=np.int64)),
-            "v": pa.BinaryArray.from_buffers(pa.binary(), rows, [None, offsets.buffers()[1], pa.py_buffer(payload)]),
-        }
+def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
+    """Copy the newest files (about one target file of rows, at most `CALIBRATION_MAX_BYTES`, none with a
+    deletion vector) into a temporary directory and merge them there with the in-process kernel, sorted by the
+    key's columns (a curve key in column order: its range bounds may not exist yet). Nothing is written to the
+    table."""
+    from recluster.spark.in_process import merge_in_process
+    from recluster.spark.kernel import output_spec
+
+    blocks = sorted(
+        (snapshot.blocks[i] for i in range(len(snapshot.blocks))), key=lambda b: b.modified_ms or 0, reverse=True
     )
-    source = io.BytesIO()
-    pq.write_table(batch, source)
-    started = time.perf_counter()
-    merged = sort_by_key(pq.read_table(io.BytesIO(source.getvalue())), ["k"])
-    pq.write_table(merged, io.BytesIO())
-    return len(source.getvalue()) / MB / max(time.perf_counter() - started, 1e-6)
+    chosen: list[Block] = []
+    for block in blocks:
+        if block.has_deletion_vector:
+            continue
+        chosen.append(block)
+        rows, size = sum(b.rows for b in chosen), sum(b.bytes for b in chosen)
+        if rows >= settings.clustering.target_rows or size >= CALIBRATION_MAX_BYTES:
+            break
+    if not chosen:
+        raise TableError(f"{snapshot.uri}: no data files to measure a merge on (give --merge-mb-per-second)")
+    filesystem = table_filesystem(snapshot.uri, snapshot.storage_options)
+    with tempfile.TemporaryDirectory(prefix="recluster-estimate-") as root:
+        for block in chosen:
+            target = os.path.join(root, unquote(block.path))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with filesystem.open_input_stream(file_location(snapshot.uri, block.path)) as source:
+                Path(target).write_bytes(source.read())
+        task = MergeTask(chosen[0].partition, 0, 1, tuple(chosen), Reason.UNCLUSTERED, 0)
+        spec = output_spec(
+            task,
+            table_root=root,
+            data_schema=snapshot.data_schema,
+            properties=snapshot.properties,
+            key=snapshot.key.names,
+            fingerprint=snapshot.key.fingerprint,
+            run_id=new_run_id(),
+            target_rows=settings.clustering.target_rows,
+            target_file_bytes=settings.clustering.target_file_bytes,
+            parquet=settings.merge.parquet,
+        )
+        started = time.perf_counter()
+        written = merge_in_process(task, spec, threads=settings.merge.resolved_threads)
+        seconds = max(time.perf_counter() - started, 1e-6)
+    read = sum(b.bytes for b in chosen)
+    return Calibration(read / MB / seconds, sum(w.bytes for w in written) / read, len(chosen), read, seconds)
 
 
 def estimate_table(
@@ -79,8 +108,9 @@ def estimate_table(
     shape = learn_shape(appends, late_samples(uri, column, snapshot.storage_options, appends, entries))
     target_rows = settings.clustering.target_rows
     scale = ModelScale.of(shape, target_rows)
-    measured = merge_mb_per_second is None
-    speed = measure_merge_speed(shape.bytes_per_row) if merge_mb_per_second is None else merge_mb_per_second
+    calibration = calibrate(snapshot, settings) if merge_mb_per_second is None else None
+    speed = calibration.mb_per_second if calibration is not None else float(merge_mb_per_second or 0)
+    written_per_read = calibration.written_per_read if calibration is not None else 1.0
     retention = snapshot.properties.get(RETENTION_PROPERTY)
     retention_days = (
         parse_delta_interval(retention) / 3600.0 if retention else DEFAULT_DELETED_FILE_RETENTION_HOURS
@@ -95,6 +125,7 @@ def estimate_table(
             policy=str(bounds.policy),
             every=every,
             mb_per_second=speed,
+            written_per_read=written_per_read,
             retention_days=retention_days,
         )
         for strategy in Strategy
@@ -116,16 +147,18 @@ def estimate_table(
         shape=shape,
         scale=scale,
         merge_mb_per_second=speed,
-        merge_speed_measured=measured,
+        calibration=calibration,
         retention_days=retention_days,
         initial=initial,
         strategies=estimates,
-        notes=_notes(shape.kind, scale, names, shape.late_share_measured),
+        notes=_notes(shape.kind, scale, names, shape.late_share_measured, calibration is not None),
         seconds=time.perf_counter() - started,
     )
 
 
-def _notes(kind: KeyShape, scale: ModelScale, key: Sequence[str], late_share_measured: bool) -> tuple[str, ...]:
+def _notes(
+    kind: KeyShape, scale: ModelScale, key: Sequence[str], late_share_measured: bool, calibrated: bool
+) -> tuple[str, ...]:
     notes = [
         f"modelled as {scale.appends:,} appends of {scale.rows_per_append:,} rows, files of {scale.target_rows:,} "
         f"rows (one model row stands for {scale.rows_scale:,.1f} rows)"
@@ -136,5 +169,7 @@ def _notes(kind: KeyShape, scale: ModelScale, key: Sequence[str], late_share_mea
         notes.append(f"a {len(key)}-column key is modelled by its order on the curve: files read for {key[0]} only")
     if kind is KeyShape.TIME_LIKE and not late_share_measured:
         notes.append("late share assumed: the sampled appended files are gone")
+    if not calibrated:
+        notes.append("merge speed given: bytes written per byte rewritten taken as 1 (no calibration merge)")
     notes.append("initial cost: the first round of a FINAL (further rounds, if any, are not priced)")
     return tuple(notes)

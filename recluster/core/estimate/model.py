@@ -12,7 +12,7 @@ import numpy as np
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block, data_file_name
 from recluster.core.keys import KeyColumn, KeyType, encode_key, key_fingerprint
-from recluster.core.metrics import clustering_info
+from recluster.core.metrics import clustering_metrics
 from recluster.core.segments import file_segments, files_for_rows
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, SelectionBounds
@@ -116,10 +116,12 @@ class ModelTable:
 
     @property
     def average_depth(self) -> float:
-        return clustering_info(list(self.blocks.values())).table.average_depth
+        return clustering_metrics(list(self.blocks.values())).average_depth
 
     def all_keys(self) -> np.ndarray:
-        return np.sort(np.concatenate(list(self.keys.values()))) if self.keys else np.zeros(0, dtype=np.int64)
+        if not self.keys:
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate(list(self.keys.values())), kind="stable")  # radix: a full sort stays fast
 
 
 def absorb_bounds(

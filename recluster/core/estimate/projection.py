@@ -19,6 +19,18 @@ MB = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
+class Calibration:
+    """The merge kernel on a copy of the table's newest files: its speed, and the bytes it writes per byte it
+    reads (sorted rows in bigger files compress differently from appends)."""
+
+    mb_per_second: float
+    written_per_read: float
+    files: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class InitialCost:
     """What a first FINAL rewrites (its first round's plan) and how long it takes at the merge speed."""
 
@@ -50,8 +62,9 @@ class StrategyEstimate:
     name: str
     description: str
     bytes_rewritten: int
+    """Bytes the merges write over the modelled history."""
     write_amplification: float
-    """Bytes rewritten / bytes appended over the modelled history."""
+    """Rows rewritten / rows appended over the modelled history."""
     merges: int
     time_averaged_depth: float
     files: int
@@ -72,7 +85,8 @@ class TableEstimate:
     shape: HistoryShape
     scale: ModelScale
     merge_mb_per_second: float
-    merge_speed_measured: bool
+    calibration: Calibration | None
+    """None: the merge speed was given."""
     retention_days: float
     initial: InitialCost
     strategies: tuple[StrategyEstimate, ...]
@@ -100,7 +114,7 @@ class TableEstimate:
             "history": shape,
             "model": {**dataclasses.asdict(self.scale), "sampled": self.scale.sampled},
             "merge_mb_per_second": self.merge_mb_per_second,
-            "merge_speed_measured": self.merge_speed_measured,
+            "calibration": None if self.calibration is None else dataclasses.asdict(self.calibration),
             "retention_days": self.retention_days,
             "initial": dataclasses.asdict(self.initial),
             "strategies": {s.name: _strategy_dict(s) for s in self.strategies},
@@ -138,10 +152,12 @@ def scaled(
     policy: str,
     every: int,
     mb_per_second: float,
+    written_per_read: float,
     retention_days: float,
 ) -> StrategyEstimate:
-    """A model run in the table's units."""
-    bytes_per_model_row = shape.bytes_per_row * scale.rows_scale
+    """A model run in the table's units: bytes rewritten are the bytes written (rows at the appends' bytes per
+    row, times the calibration's bytes written per byte read)."""
+    bytes_per_model_row = shape.bytes_per_row * scale.rows_scale * written_per_read
     per_append = scale.commits_per_append
     days_per_append = per_append / shape.appends_per_day
     steady_days = max(run.steady_appends * days_per_append, 1e-12)
