@@ -38,8 +38,9 @@ RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
     """Copy the newest files (about one target file of rows, at most `CALIBRATION_MAX_BYTES`, none with a
     deletion vector) into a temporary directory and merge them there with the in-process kernel, sorted by the
-    key's columns (a curve key in column order: its range bounds may not exist yet). Nothing is written to the
-    table."""
+    key's columns (a curve key in column order: its range bounds may not exist yet): the first file alone, then
+    all of them. The two times give the speed (per byte) and the fixed seconds of a merge. Nothing is written to
+    the table."""
     from recluster.spark.in_process import merge_in_process
     from recluster.spark.kernel import output_spec
 
@@ -63,24 +64,38 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with filesystem.open_input_stream(file_location(snapshot.uri, block.path)) as source:
                 Path(target).write_bytes(source.read())
-        task = MergeTask(chosen[0].partition, 0, 1, tuple(chosen), Reason.UNCLUSTERED, 0)
-        spec = output_spec(
-            task,
-            table_root=root,
-            data_schema=snapshot.data_schema,
-            properties=snapshot.properties,
-            key=snapshot.key.names,
-            fingerprint=snapshot.key.fingerprint,
-            run_id=new_run_id(),
-            target_rows=settings.clustering.target_rows,
-            target_file_bytes=settings.clustering.target_file_bytes,
-            parquet=settings.merge.parquet,
-        )
-        started = time.perf_counter()
-        written = merge_in_process(task, spec, threads=settings.merge.resolved_threads)
-        seconds = max(time.perf_counter() - started, 1e-6)
-    read = sum(b.bytes for b in chosen)
-    return Calibration(read / MB / seconds, sum(w.bytes for w in written) / read, len(chosen), read, seconds)
+
+        def merge(files: Sequence[Block]) -> tuple[float, int]:
+            task = MergeTask(files[0].partition, 0, 1, tuple(files), Reason.UNCLUSTERED, 0)
+            spec = output_spec(
+                task,
+                table_root=root,
+                data_schema=snapshot.data_schema,
+                properties=snapshot.properties,
+                key=snapshot.key.names,
+                fingerprint=snapshot.key.fingerprint,
+                run_id=new_run_id(),
+                target_rows=settings.clustering.target_rows,
+                target_file_bytes=settings.clustering.target_file_bytes,
+                parquet=settings.merge.parquet,
+            )
+            started = time.perf_counter()
+            written = merge_in_process(task, spec, threads=settings.merge.resolved_threads)
+            return time.perf_counter() - started, sum(w.bytes for w in written)
+
+        merge(chosen[:1])  # warm-up: the first merge of a process loads what the kernel uses
+        one, _ = merge(chosen[:1])
+        seconds, written = merge(chosen)
+    read, first = sum(b.bytes for b in chosen), chosen[0].bytes
+    slope = (seconds - one) / (read - first) if read > first and seconds > one else seconds / read
+    return Calibration(
+        mb_per_second=1 / slope / MB,
+        fixed_seconds=max(one - slope * first, 0.0),
+        written_per_read=written / read,
+        files=len(chosen),
+        bytes=read,
+        seconds=seconds,
+    )
 
 
 def estimate_table(
@@ -110,6 +125,7 @@ def estimate_table(
     scale = ModelScale.of(shape, target_rows)
     calibration = calibrate(snapshot, settings) if merge_mb_per_second is None else None
     speed = calibration.mb_per_second if calibration is not None else float(merge_mb_per_second or 0)
+    fixed = calibration.fixed_seconds if calibration is not None else 0.0
     written_per_read = calibration.written_per_read if calibration is not None else 1.0
     retention = snapshot.properties.get(RETENTION_PROPERTY)
     retention_days = (
@@ -125,6 +141,7 @@ def estimate_table(
             policy=str(bounds.policy),
             every=every,
             mb_per_second=speed,
+            fixed_seconds=fixed,
             written_per_read=written_per_read,
             retention_days=retention_days,
         )
@@ -137,7 +154,7 @@ def estimate_table(
         rows=sum(f.rows for t in plan.tasks for f in t.files),
         bytes=initial_bytes,
         files_written=sum(files_for_rows(sum(f.rows for f in t.files), target_rows) for t in plan.tasks),
-        seconds=initial_bytes / (speed * MB),
+        seconds=len(plan.tasks) * fixed + initial_bytes / (speed * MB),
     )
     return TableEstimate(
         table=uri,

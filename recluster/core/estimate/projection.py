@@ -1,8 +1,9 @@
 """The estimate in the table's units (issue 35): model runs scaled back to rows, bytes, files, days and seconds.
 
-Bytes are rows x the bytes per row the table's appends have; compute seconds are bytes rewritten over the merge
-speed; per-day figures are the newer half of the modelled appends at the history's pace; storage churn is the
-bytes removed per day kept until vacuum (the table's `delta.deletedFileRetentionDuration`, 7 days by default).
+Bytes are rows x the bytes per row the table's appends have (x the bytes a merge writes per byte it reads);
+compute seconds are the merges' fixed seconds plus the bytes rewritten over the merge speed; per-day figures are
+the newer half of the modelled appends at the history's pace; storage churn is the bytes removed per day kept until
+vacuum (the table's `delta.deletedFileRetentionDuration`, 7 days by default).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ MB = 1_000_000
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """The merge kernel on a copy of the table's newest files: its speed, and the bytes it writes per byte it
-    reads (sorted rows in bigger files compress differently from appends)."""
+    """The merge kernel on a copy of the table's newest files: its speed, its fixed seconds per merge, and the
+    bytes it writes per byte it reads (sorted rows in bigger files compress differently from appends)."""
 
     mb_per_second: float
+    fixed_seconds: float
+    """Seconds of a merge besides its bytes (reading footers, writing and closing files)."""
     written_per_read: float
     files: int
     bytes: int
@@ -32,7 +35,8 @@ class Calibration:
 
 @dataclass(frozen=True, slots=True)
 class InitialCost:
-    """What a first FINAL rewrites (its first round's plan) and how long it takes at the merge speed."""
+    """What a first FINAL rewrites (its first round's plan) and how long its merges take (per merge the fixed
+    seconds, plus the bytes at the merge speed; loading the snapshot and committing are not counted)."""
 
     files: int
     rows: int
@@ -152,6 +156,7 @@ def scaled(
     policy: str,
     every: int,
     mb_per_second: float,
+    fixed_seconds: float,
     written_per_read: float,
     retention_days: float,
 ) -> StrategyEstimate:
@@ -176,7 +181,7 @@ def scaled(
             appends=shape.appends_per_day,
             bytes_rewritten=rewritten_per_day,
             merges=run.steady_merges / steady_days,
-            compute_seconds=rewritten_per_day / (mb_per_second * MB),
+            compute_seconds=run.steady_merges / steady_days * fixed_seconds + rewritten_per_day / (mb_per_second * MB),
             files_added=run.steady_files_added / steady_days,
             files_removed=run.steady_files_removed / steady_days,
             storage_churn_bytes=rewritten_per_day * retention_days,

@@ -1,0 +1,134 @@
+"""`recluster estimate` (issue 35): the shape learned from known histories, and the projection checked against the
+policy run for real on the same appends (real Delta tables, reclustered in the process by the product)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from bench.compare.workloads import Workload, bounded_time_batch, time_batch, two_column_batch, uniform_batch
+from bench.estimate_bench import real_run
+from bench.merge_bench import append
+from recluster.core.estimate.project import ModelScale, Strategy, run_model
+from recluster.core.estimate.shape import HistoryShape, KeyShape
+from recluster.core.selection.plan import Policy, SelectionBounds
+from recluster.engine.estimate import estimate_table
+from recluster.settings import ClusteringSettings, Settings
+from tests.absorb_model import FINGERPRINT
+from tests.helpers import main_json, run_cli, run_main
+
+APPENDS, ROWS, TARGET = 24, 1_000, 5_000
+SETTINGS = Settings(clustering=ClusteringSettings(target_rows=TARGET))
+WORKLOADS = {
+    "uniform": Workload("uniform", "uniform int64", ("k",), uniform_batch),
+    "late_4": Workload("late_4", "5% late by up to 4 appends", ("ts",), bounded_time_batch),
+    "late_any": Workload("late_any", "5% late by any amount", ("ts",), time_batch),
+    "random_ab": Workload("random_ab", "random (a, b)", ("a", "b"), two_column_batch),
+}
+
+
+def history(path: Path, workload: Workload, seed: int = 35) -> list[pa.Table]:
+    rng = np.random.default_rng(seed)
+    batches = [workload.make(rng, index, ROWS) for index in range(APPENDS)]
+    for batch in batches:
+        append(path, batch, workload.key)
+    return batches
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "lag"),
+    [("uniform", KeyShape.RANDOM, None), ("late_4", KeyShape.TIME_LIKE, 4.0), ("late_any", KeyShape.TIME_LIKE, None)],
+)
+def test_the_shape_of_known_histories_is_learned(tmp_path: Path, name: str, kind: KeyShape, lag: float | None) -> None:
+    history(tmp_path / name, WORKLOADS[name])
+    shape = estimate_table(str(tmp_path / name), settings=SETTINGS, merge_mb_per_second=50.0).shape
+    assert (shape.kind, shape.appends, shape.rows) == (kind, APPENDS, APPENDS * ROWS)
+    if kind is KeyShape.TIME_LIKE:
+        assert shape.late_share_measured and shape.late_share == pytest.approx(0.05, abs=0.015)
+        assert shape.lag_appends == (None if lag is None else pytest.approx(lag, abs=0.5))
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_the_estimate_matches_the_policy_run_for_real(tmp_path: Path, name: str) -> None:
+    workload = WORKLOADS[name]
+    batches = history(tmp_path / "history", workload)
+    estimate = estimate_table(str(tmp_path / "history"), settings=SETTINGS)
+    real = real_run(tmp_path / "real", batches, workload.key, SETTINGS)
+    ours = estimate.configured
+    assert ours.name == "absorb" and estimate.calibration is not None
+    assert ours.time_averaged_depth == pytest.approx(real["time_averaged_depth"], rel=0.10)
+    assert ours.write_amplification == pytest.approx(real["row_write_amplification"], rel=0.15)
+    assert ours.bytes_rewritten == pytest.approx(real["bytes_rewritten"], rel=0.30)
+    if len(workload.key) == 1:  # a curve key's per-column reads are not modelled (the output says so)
+        assert ours.files_read_per_predicate["k" if name == "uniform" else "ts"] == pytest.approx(
+            real["files_read"][workload.key[0]], rel=0.15
+        )
+    initial = estimate.initial
+    assert (initial.files, initial.rows) == (APPENDS, APPENDS * ROWS)
+    assert initial.files_written == 5 and initial.seconds > 0  # 4.8 target files: the remainder joins the others
+
+
+def test_the_alternatives_rank_as_expected_on_random_keys(tmp_path: Path) -> None:
+    history(tmp_path / "t", WORKLOADS["uniform"])
+    estimate = estimate_table(str(tmp_path / "t"), settings=SETTINGS, every=4, merge_mb_per_second=50.0)
+    by_name = {s.name: s for s in estimate.strategies}
+    assert list(by_name) == ["absorb", "none", "compact_every_4", "full_sort_every_4"]
+    none, full = by_name["none"], by_name["full_sort_every_4"]
+    assert none.bytes_rewritten == 0 and none.per_day.merges == 0
+    assert none.time_averaged_depth == pytest.approx((APPENDS + 1) / 2)  # one file per append, all overlapping
+    depths = [by_name[name].time_averaged_depth for name in ("absorb", "compact_every_4", "none")]
+    assert depths == sorted(depths)
+    assert full.write_amplification == pytest.approx(sum(range(4, APPENDS + 1, 4)) / APPENDS)
+    day = by_name["absorb"].per_day
+    assert day.storage_churn_bytes == pytest.approx(day.bytes_rewritten * 7)
+    assert day.compute_seconds == pytest.approx(day.bytes_rewritten / 50e6)
+
+
+def test_a_long_history_is_sampled_and_fast() -> None:
+    shape = HistoryShape(8_760, 8_760 * 5_000, 8_760 * 5_000 * 40, 8_760 * 3_600.0, KeyShape.TIME_LIKE, 0.05, 4.0, True)
+    scale = ModelScale.of(shape, 100_000)
+    assert scale.sampled and scale.appends * scale.commits_per_append >= 8_760 and scale.appends <= 500
+    bounds = SelectionBounds(0.1, 16.0, 1 << 31, 10_000, 4, FINGERPRINT, policy=Policy.ABSORB, target_rows=100_000)
+    run = run_model(shape, scale, Strategy.POLICY, bounds, every=5)
+    assert run.appends == scale.appends and 1.0 <= run.time_averaged_depth < 2.0
+
+
+def test_cli_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    history(tmp_path / "t", WORKLOADS["late_4"])
+    result = main_json(capsys, "estimate", str(tmp_path / "t"), "--set", "clustering.target_rows=5000")
+    assert result["history"]["kind"] == "time_like" and result["policy"] == "absorb"
+    assert set(result["strategies"]) == {"absorb", "none", "compact_every_5", "full_sort_every_5"}
+    assert set(result["strategies"]["absorb"]["per_day"]) >= {"bytes_rewritten", "merges", "storage_churn_bytes"}
+    assert result["calibration"]["mb_per_second"] > 0
+    code, out, _ = run_main(
+        capsys, "estimate", str(tmp_path / "t"), "--policy", "levels", "--merge-mb-per-second", "20"
+    )
+    assert code == 0 and "policy levels" in out and "initial FINAL" in out and "20.0 MB/s (given)" in out
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    missing = run_cli("estimate", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and missing.stderr.startswith("recluster: error:")
+    history(tmp_path / "t", WORKLOADS["uniform"])
+    column = run_cli("estimate", str(tmp_path / "t"), "--cluster-by", "nope")
+    assert column.returncode == 1 and "nope" in column.stderr
+    bad = run_cli("estimate", str(tmp_path / "t"), "--days", "0")
+    assert bad.returncode == 2 and "--days" in bad.stderr
+    write_deltalake(str(tmp_path / "empty"), pa.table({"k": pa.array([], pa.int64())}))
+    empty = run_cli("estimate", str(tmp_path / "empty"), "--cluster-by", "k")
+    assert empty.returncode == 1 and "no data commits" in empty.stderr
+
+
+def test_nothing_is_written_into_the_table_or_the_current_directory(tmp_path: Path) -> None:
+    history(tmp_path / "t", WORKLOADS["uniform"])
+    before = sorted(os.listdir(tmp_path / "t")), sorted(os.listdir(tmp_path / "t" / "_delta_log"))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    run_cli("estimate", str(tmp_path / "t"), cwd=work, check=True)
+    assert (sorted(os.listdir(tmp_path / "t")), sorted(os.listdir(tmp_path / "t" / "_delta_log"))) == before
+    assert not os.listdir(work)
