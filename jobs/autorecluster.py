@@ -15,6 +15,7 @@ from typing import Any
 
 from recluster.core.errors import TableError
 from recluster.delta.storage import normalize_uri, require_writable
+from recluster.engine.estimate import record_estimate
 from recluster.engine.handler import ReclusterHandler
 from recluster.settings import Settings, TableSettings
 from triggers.delta_log import SOURCE_NAME, DeltaLogSource, table_version
@@ -42,6 +43,16 @@ def starting_versions(tables: Sequence[TableSettings], settings: Settings) -> di
     return pinned
 
 
+def record_estimates(handler: ReclusterHandler, tables: Sequence[TableSettings]) -> None:
+    """Estimate each watched table once, in the background, after the tables' first load (issue 35): the status
+    shows the projection against what happens since."""
+    handler.loaded.wait()
+    for table in tables:
+        if handler.stopping.is_set():
+            return
+        record_estimate(normalize_uri(table.uri), settings=handler.settings, store=handler.history)
+
+
 def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:
     """Start the streaming query; returns it with its handler (for status and graceful stops)."""
     if not tables and settings.stream.source != "kafka":
@@ -50,6 +61,7 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
     check_checkpoint_location(stream.checkpoint_location)
     handler = ReclusterHandler(settings, tables, spark)
     threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
+    threading.Thread(target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True).start()
     if stream.source == "kafka":
         kafka = settings.kafka
         spark.dataSource.register(KafkaCommitsSource)

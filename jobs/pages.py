@@ -239,6 +239,27 @@ def histogram_plot(histogram: dict[str, int], width: int = 640, height: int = 16
     return f'<svg id="depth-histogram" width="{width}" height="{height}" role="img">{bars}</svg>'
 
 
+def estimate_facts(estimate: dict[str, Any]) -> list[list[str]]:
+    """The projection the job stored when it took the table up, and what happened since (issue 35)."""
+    projected, actual = estimate["projected"], estimate["actual"]
+    ratio = actual["written_per_appended"]
+    return [
+        [
+            f"estimated at version {_e(projected['version'])} ({_e(_iso(projected['at']))})",
+            f"policy {_e(projected['policy'])}: {projected['written_per_appended']:.2f} bytes rewritten per byte "
+            f"appended, time-averaged depth {projected['time_averaged_depth']:.2f}, "
+            f"{projected['bytes_rewritten_per_day'] / 1e6:,.1f} MB and {projected['merges_per_day']:,.1f} merges "
+            "per day",
+        ],
+        [
+            f"since then ({actual['days']:.2f} days)",
+            f'<span class="estimate-actual">{"-" if ratio is None else f"{ratio:.2f}"}</span> bytes rewritten per '
+            f"byte appended ({actual['bytes_rewritten'] / 1e6:,.1f} MB in {actual['merges']} merges, "
+            f"{actual['bytes_appended'] / 1e6:,.1f} MB appended), depth now {actual['average_depth']:.2f}",
+        ],
+    ]
+
+
 def render_table(view: TableView) -> str:
     status = view.status
     facts = [
@@ -260,6 +281,7 @@ def render_table(view: TableView) -> str:
             if view.column_scan
             else []
         ),
+        *(estimate_facts(status["estimate"]) if status.get("estimate") else []),
         *([["error", f'<span class="error">{_e(view.error)}</span>']] if view.error else []),
     ]
     levels = [

@@ -3,6 +3,7 @@ policy run for real on the same appends (real Delta tables, reclustered in the p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -12,12 +13,16 @@ import pytest
 from deltalake import write_deltalake
 
 from bench.compare.workloads import Workload, bounded_time_batch, time_batch, two_column_batch, uniform_batch
-from bench.estimate_bench import real_run
+from bench.estimate_bench import no_spark, real_run
 from bench.merge_bench import append
+from jobs.pages import render_table, table_view
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
 from recluster.core.estimate.shape import HistoryShape, KeyShape
 from recluster.core.selection.plan import Policy, SelectionBounds
-from recluster.engine.estimate import estimate_table
+from recluster.delta.history import HistoryStore
+from recluster.engine.api import read_snapshot
+from recluster.engine.estimate import estimate_table, record_estimate
+from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings
 from tests.absorb_model import FINGERPRINT
 from tests.helpers import main_json, run_cli, run_main
@@ -132,3 +137,31 @@ def test_nothing_is_written_into_the_table_or_the_current_directory(tmp_path: Pa
     run_cli("estimate", str(tmp_path / "t"), cwd=work, check=True)
     assert (sorted(os.listdir(tmp_path / "t")), sorted(os.listdir(tmp_path / "t" / "_delta_log"))) == before
     assert not os.listdir(work)
+
+
+def test_the_job_keeps_the_estimate_against_what_happened_since(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, location = tmp_path / "t", tmp_path / "history"
+    workload = WORKLOADS["late_4"]
+    history(path, workload)
+    store = HistoryStore(str(location))
+    projected = record_estimate(str(path), settings=SETTINGS, store=store)
+    assert projected is not None and projected.version == APPENDS  # the key property's commit is version 1
+    assert record_estimate(str(path), settings=SETTINGS, store=store) is None  # once per table
+    rng = np.random.default_rng(7)
+    for index in range(APPENDS, APPENDS + 6):
+        append(path, workload.make(rng, index, ROWS), workload.key)
+        recluster_table(
+            str(path), snapshot_loader(str(path), SETTINGS, None), settings=SETTINGS, spark_factory=no_spark
+        )
+    options = ("--set", f"self_optimizing.history_location={location}", "--set", "clustering.target_rows=5000")
+    (report,) = main_json(capsys, "status", str(path), *options)
+    estimate = report["estimate"]
+    assert estimate["projected"] == {**dataclasses.asdict(projected)}
+    actual = estimate["actual"]
+    assert actual["bytes_appended"] > 0 and actual["merges"] > 0 and actual["bytes_rewritten"] > 0
+    assert actual["written_per_appended"] == actual["bytes_rewritten"] / actual["bytes_appended"]
+    settings = Settings(clustering=SETTINGS.clustering, self_optimizing={"history_location": str(location)})
+    page = render_table(table_view(read_snapshot(str(path), settings=settings), settings, HistoryStore(str(location))))
+    assert f"estimated at version {APPENDS}" in page and "estimate-actual" in page

@@ -34,6 +34,8 @@ class ProcessType(StrEnum):
     FULL = "full"
     RECLUSTER = "recluster"
     MAINTENANCE = "maintenance"
+    ESTIMATE = "estimate"
+    """Not a process: what `estimate` projected when the job took the table up (`ProcessRecord.detail`)."""
 
 
 OPTIMIZING_TYPES = (ProcessType.MINOR, ProcessType.MAJOR, ProcessType.FULL)
@@ -270,6 +272,8 @@ class ProcessRecord:
     error: str | None = None
     depth: float | None = None
     """The table's average depth when the process was planned (the status page plots it over time)."""
+    detail: str | None = None
+    """JSON of what an `estimate` row projected (`recluster.core.estimate.projection.ProjectedCost`)."""
 
     def finished(self, end: float, status: ProcessStatus, **amounts: Any) -> ProcessRecord:
         return replace(self, end=end, status=status, **amounts)

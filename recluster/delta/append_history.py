@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from recluster.core.estimate.shape import AppendStats, LateSample
-from recluster.delta.log import CommitEntry, read_commits
+from recluster.delta.log import PRODUCER, CommitEntry, read_commits
 from recluster.delta.storage import file_location, log_versions, table_filesystem
 
 READ_THREADS = 8
@@ -72,17 +72,27 @@ def _append_stats(entry: CommitEntry, column: str) -> AppendStats:
     )
 
 
-def read_appends(
-    uri: str, column: str, storage_options: Mapping[str, str] | None, since_ms: int | None = None
-) -> tuple[list[AppendStats], list[CommitEntry]]:
-    """The data commits of the table (oldest first), as stats and as the log entries, at or after `since_ms`."""
-    versions = log_versions(uri, storage_options)
-
+def _read_entries(uri: str, versions: Sequence[int], storage_options: Mapping[str, str] | None) -> list[CommitEntry]:
     def read(version: int) -> CommitEntry:
         return next(read_commits(uri, version, version, storage_options))
 
     with ThreadPoolExecutor(READ_THREADS) as pool:
-        entries = [e for e in pool.map(read, versions) if _is_append(e)]
+        return list(pool.map(read, versions))
+
+
+def changes_since(uri: str, version: int, storage_options: Mapping[str, str] | None) -> tuple[int, int, int]:
+    """After `version`: (bytes the data commits appended, bytes recluster's rewrites wrote, its rewrites)."""
+    later = [v for v in log_versions(uri, storage_options) if v > version]
+    entries = _read_entries(uri, later, storage_options)
+    ours = [e for e in entries if e.producer == PRODUCER and e.adds]
+    return sum(e.bytes_added for e in entries if _is_append(e)), sum(e.bytes_added for e in ours), len(ours)
+
+
+def read_appends(
+    uri: str, column: str, storage_options: Mapping[str, str] | None, since_ms: int | None = None
+) -> tuple[list[AppendStats], list[CommitEntry]]:
+    """The data commits of the table (oldest first), as stats and as the log entries, at or after `since_ms`."""
+    entries = [e for e in _read_entries(uri, log_versions(uri, storage_options), storage_options) if _is_append(e)]
     if since_ms is not None:
         entries = [e for e in entries if (e.timestamp or 0) >= since_ms]
     return [_append_stats(e, column) for e in entries], entries

@@ -75,6 +75,7 @@ HISTORY_SCHEMA = pa.schema(
         ("rows", pa.int64()),
         ("error", pa.string()),
         ("depth", pa.float64()),
+        ("detail", pa.string()),
     ]
 )
 
@@ -121,6 +122,7 @@ def records_from_arrow(rows: pa.Table) -> list[ProcessRecord]:
             rows=row["rows"],
             error=row["error"],
             depth=row.get("depth"),
+            detail=row.get("detail"),
         )
         for row in rows.select([n for n in HISTORY_SCHEMA.names if n in rows.column_names]).to_pylist()
     ]

@@ -9,6 +9,7 @@ synthetic batch), or the speed given.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -19,17 +20,22 @@ from urllib.parse import unquote
 from recluster.core.blocks import Block, new_run_id
 from recluster.core.errors import TableError
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
-from recluster.core.estimate.projection import MB, Calibration, InitialCost, TableEstimate, scaled
+from recluster.core.estimate.projection import MB, Calibration, InitialCost, ProjectedCost, TableEstimate, scaled
 from recluster.core.estimate.shape import KeyShape, learn_shape
+from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
 from recluster.core.segments import files_for_rows
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Reason
 from recluster.delta.append_history import late_samples, read_appends
+from recluster.delta.history import HistoryStore, new_process_id
 from recluster.delta.maintenance import DEFAULT_DELETED_FILE_RETENTION_HOURS, parse_delta_interval
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.engine.api import read_snapshot, selection_bounds
+from recluster.engine.estimate_record import latest_projection
 from recluster.settings import Settings
+
+log = logging.getLogger("recluster.estimate")
 
 CALIBRATION_MAX_BYTES = 64 * MB
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
@@ -190,3 +196,37 @@ def _notes(
         notes.append("merge speed given: bytes written per byte rewritten taken as 1 (no calibration merge)")
     notes.append("initial cost: the first round of a FINAL (further rounds, if any, are not priced)")
     return tuple(notes)
+
+
+def record_estimate(uri: str, *, settings: Settings, store: HistoryStore) -> ProjectedCost | None:
+    """When the job takes a table up: estimate it once (a table that has a projection keeps it) and store the
+    projection as an `estimate` row of the history table. A table that cannot be estimated is logged, not raised."""
+    if latest_projection(store.records(), uri) is not None:
+        return None
+    try:
+        estimate = estimate_table(uri, settings=settings)
+    except TableError as error:
+        log.warning("recluster table=%s reason=estimate_failed error=%s", uri, error)
+        return None
+    now = time.time()
+    projected = estimate.projected(now)
+    store.append(
+        ProcessRecord(
+            process_id=new_process_id(),
+            table=uri,
+            type=ProcessType.ESTIMATE,
+            group="",
+            start=now,
+            end=now,
+            status=ProcessStatus.SUCCESS,
+            detail=projected.to_json(),
+        )
+    )
+    log.info(
+        "recluster table=%s reason=estimated policy=%s written_per_appended=%.3f depth=%.3f",
+        uri,
+        projected.policy,
+        projected.written_per_appended,
+        projected.time_averaged_depth,
+    )
+    return projected

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recluster.core.blocks import new_run_id
+from recluster.core.estimate.projection import EstimateVsActual
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import (
     OptimizingConfig,
@@ -38,6 +39,7 @@ from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_pro
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import require_safe_commits
 from recluster.engine.api import selection_bounds
+from recluster.engine.estimate_record import estimate_vs_actual
 from recluster.engine.ranges import prepare_range_bounds
 from recluster.engine.rounds import SnapshotLoader, execute_plan, needs_spark, recluster_table
 from recluster.settings import Settings, history_location
@@ -276,6 +278,8 @@ class TableStatusReport:
     health: TableHealth
     average_depth: float
     notes: tuple[str, ...] = field(default=())
+    estimate: EstimateVsActual | None = None
+    """What `estimate` projected when the job took the table up, and what happened since (None: no projection)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -294,6 +298,7 @@ class TableStatusReport:
             "running": None if self.history.running is None else str(self.history.running),
             "health": self.health.to_dict(),
             "average_depth": self.average_depth,
+            "estimate": None if self.estimate is None else self.estimate.to_dict(),
         }
 
 
@@ -323,6 +328,7 @@ def table_status(
     pending = pending_optimizing(health, config, past, now=now)
     recluster = not recluster_plan(snapshot, settings).empty
     window = settings.self_optimizing.quota_window_seconds
+    depth = clustering_info(snapshot.blocks).table.average_depth
     return TableStatusReport(
         snapshot.uri,
         snapshot.version,
@@ -333,7 +339,8 @@ def table_status(
         past.busy_seconds / (window * config.quota),
         past,
         health,
-        clustering_info(snapshot.blocks).table.average_depth,
+        depth,
+        estimate=None if history is None else estimate_vs_actual(snapshot, history.records(), depth, now),
     )
 
 

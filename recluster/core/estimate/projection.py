@@ -9,6 +9,7 @@ vacuum (the table's `delta.deletedFileRetentionDuration`, 7 days by default).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,58 @@ class StrategyEstimate:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectedCost:
+    """What the job keeps of an estimate when it takes a table up, to set against what happens since."""
+
+    version: int
+    at: float
+    """Epoch seconds."""
+    policy: str
+    written_per_appended: float
+    """Bytes the policy rewrites per byte appended, over the modelled history."""
+    time_averaged_depth: float
+    bytes_rewritten_per_day: float
+    merges_per_day: float
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ProjectedCost:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateVsActual:
+    """A table's projection next to what happened since (from the log: bytes appended, bytes recluster wrote,
+    its merges; the depth now)."""
+
+    projected: ProjectedCost
+    days: float
+    bytes_appended: int
+    bytes_rewritten: int
+    merges: int
+    average_depth: float
+
+    @property
+    def written_per_appended(self) -> float | None:
+        return self.bytes_rewritten / self.bytes_appended if self.bytes_appended else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "projected": dataclasses.asdict(self.projected),
+            "actual": {
+                "days": self.days,
+                "bytes_appended": self.bytes_appended,
+                "bytes_rewritten": self.bytes_rewritten,
+                "merges": self.merges,
+                "written_per_appended": self.written_per_appended,
+                "average_depth": self.average_depth,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class TableEstimate:
     """`recluster estimate`'s answer for one table."""
 
@@ -101,6 +154,18 @@ class TableEstimate:
     def configured(self) -> StrategyEstimate:
         """The configured policy's estimate (the first one)."""
         return self.strategies[0]
+
+    def projected(self, at: float) -> ProjectedCost:
+        ours = self.configured
+        return ProjectedCost(
+            version=self.version,
+            at=at,
+            policy=self.policy,
+            written_per_appended=ours.bytes_rewritten / max(self.shape.bytes, 1),
+            time_averaged_depth=ours.time_averaged_depth,
+            bytes_rewritten_per_day=ours.per_day.bytes_rewritten,
+            merges_per_day=ours.per_day.merges,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         shape = dataclasses.asdict(self.shape)
