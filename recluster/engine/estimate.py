@@ -21,7 +21,7 @@ from recluster.core.blocks import Block, new_run_id
 from recluster.core.errors import TableError
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
 from recluster.core.estimate.projection import MB, Calibration, InitialCost, ProjectedCost, TableEstimate, scaled
-from recluster.core.estimate.shape import KeyShape, learn_shape
+from recluster.core.estimate.shape import CURVE_COLUMNS, KeyShape, learn_shape
 from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
 from recluster.core.segments import files_for_rows
 from recluster.core.selection import select_merge_tasks
@@ -38,6 +38,8 @@ from recluster.settings import Settings
 log = logging.getLogger("recluster.estimate")
 
 CALIBRATION_MAX_BYTES = 64 * MB
+SNAPSHOT_LOADS = 2
+"""A FINAL loads the table's snapshot before its first round and after its last (each as long as estimate's)."""
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
@@ -117,6 +119,7 @@ def estimate_table(
     """Project what the configured (or given) policy will cost the table, against the alternatives."""
     started = time.perf_counter()
     snapshot = read_snapshot(uri, settings=settings, cluster_by=cluster_by)
+    snapshot_seconds = time.perf_counter() - started
     if snapshot.key.keyless:
         raise TableError(f"{uri}: no cluster key (give --cluster-by or set recluster.clusterBy)")
     bounds = selection_bounds(settings, snapshot, None, policy=policy)
@@ -126,7 +129,8 @@ def estimate_table(
     if not appends:
         window = "" if days is None else f" in the last {days:g} days"
         raise TableError(f"{uri}: no data commits{window} to learn from")
-    shape = learn_shape(appends, late_samples(uri, column, snapshot.storage_options, appends, entries))
+    samples = late_samples(uri, column, snapshot.storage_options, appends, entries)
+    shape = learn_shape(appends, samples, len(snapshot.key.columns))
     target_rows = settings.clustering.target_rows
     scale = ModelScale.of(shape, target_rows)
     calibration = calibrate(snapshot, settings) if merge_mb_per_second is None else None
@@ -160,7 +164,7 @@ def estimate_table(
         rows=sum(f.rows for t in plan.tasks for f in t.files),
         bytes=initial_bytes,
         files_written=sum(files_for_rows(sum(f.rows for f in t.files), target_rows) for t in plan.tasks),
-        seconds=len(plan.tasks) * fixed + initial_bytes / (speed * MB),
+        seconds=SNAPSHOT_LOADS * snapshot_seconds + len(plan.tasks) * fixed + initial_bytes / (speed * MB),
     )
     return TableEstimate(
         table=uri,
@@ -188,8 +192,10 @@ def _notes(
     ]
     if scale.sampled:
         notes.append(f"sampled: one modelled append stands for {scale.commits_per_append} commits")
-    if len(key) > 1:
-        notes.append(f"a {len(key)}-column key is modelled by its order on the curve: files read for {key[0]} only")
+    if len(key) > CURVE_COLUMNS or (len(key) > 1 and kind is KeyShape.TIME_LIKE):
+        notes.append(f"a {len(key)}-column key is modelled by its order alone: files read for {key[0]} only")
+    elif len(key) == CURVE_COLUMNS:
+        notes.append("a two-column key is modelled on a Hilbert curve of uniformly random ranks")
     if kind is KeyShape.TIME_LIKE and not late_share_measured:
         notes.append("late share assumed: the sampled appended files are gone")
     if not calibrated:

@@ -10,16 +10,19 @@ rows per append / rows per file) and, beyond `MAX_MODEL_APPENDS`, one modelled a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
+import numpy.typing as npt
 
+from recluster.core.curves import RANK_BITS, hilbert_index
 from recluster.core.estimate.model import FINGERPRINT, KEY, MODEL_BYTES_PER_ROW, ModelTable, cut_sorted
-from recluster.core.estimate.shape import HistoryShape, synthetic_append
+from recluster.core.estimate.shape import CURVE_COLUMNS, HistoryShape, synthetic_append
 from recluster.core.keys import ClusterKey
-from recluster.core.pruning import column_scan_fractions
+from recluster.core.pruning import BOUND_POINTS, column_scan_fractions
 from recluster.core.selection.plan import SelectionBounds
 
 MAX_MODEL_APPENDS = 500
@@ -95,8 +98,8 @@ class ModelRun:
     steady_files_removed: int
     time_averaged_depth: float
     final_files: int
-    files_read: float
-    """Files a point predicate on the key reads after stats pruning, at the end."""
+    files_read: tuple[float, ...]
+    """Per key column modelled, files a point predicate on it reads after stats pruning, at the end."""
 
 
 @dataclass
@@ -144,7 +147,6 @@ def run_model(
         if (scale.appends - 1 - index) % stride == 0:
             depths.append(table.average_depth)
     blocks = list(table.blocks.values())
-    fractions = column_scan_fractions(blocks, ClusterKey(KEY))
     return ModelRun(
         strategy=strategy,
         appends=scale.appends,
@@ -160,7 +162,7 @@ def run_model(
         steady_files_removed=steady.removed,
         time_averaged_depth=float(np.mean(depths)),
         final_files=len(blocks),
-        files_read=fractions.get(KEY[0].name, 1.0) * len(blocks),
+        files_read=_files_read(table, shape.key_columns),
     )
 
 
@@ -199,3 +201,29 @@ def _compact_bins(table: ModelTable) -> list[list[str]]:
         bins[-1].append(path)
         rows += len(keys)
     return [b for b in bins if len(b) > 1]
+
+
+def _files_read(table: ModelTable, columns: int) -> tuple[float, ...]:
+    """Files a point predicate reads: on the model's one key (`column_scan_fractions`, as `info` measures), or, for
+    a key on the curve, on each column: its ranks decoded from the curve values, predicates every
+    1,024 / `BOUND_POINTS` ranks (as at a curve's range bounds)."""
+    blocks = list(table.blocks.values())
+    if columns != CURVE_COLUMNS:
+        return (column_scan_fractions(blocks, ClusterKey(KEY)).get(KEY[0].name, 1.0) * len(blocks),)
+    cells = _curve_cells()
+    ranges = np.array([[cells[keys].min(axis=0), cells[keys].max(axis=0)] for keys in table.keys.values()])
+    points = np.arange(0, 1 << RANK_BITS, (1 << RANK_BITS) // BOUND_POINTS)
+    return tuple(
+        float(((ranges[:, 0, c, None] <= points) & (ranges[:, 1, c, None] >= points)).sum(axis=0).mean())
+        for c in range(CURVE_COLUMNS)
+    )
+
+
+@functools.cache
+def _curve_cells() -> npt.NDArray[np.int64]:
+    """Curve value -> the (rank, rank) cell it is, for a two-column Hilbert key."""
+    side = 1 << RANK_BITS
+    grid = np.stack(np.divmod(np.arange(side * side, dtype=np.int64), side), axis=1)
+    cells = np.empty_like(grid)
+    cells[hilbert_index(grid.astype(np.uint64)).astype(np.int64)] = grid
+    return cells

@@ -36,8 +36,8 @@ class Calibration:
 
 @dataclass(frozen=True, slots=True)
 class InitialCost:
-    """What a first FINAL rewrites (its first round's plan) and how long its merges take (per merge the fixed
-    seconds, plus the bytes at the merge speed; loading the snapshot and committing are not counted)."""
+    """What a first FINAL rewrites (its first round's plan) and how long it takes: two snapshot loads (timed as
+    estimate loads it), per merge the fixed seconds, the bytes at the merge speed (commits are not counted)."""
 
     files: int
     rows: int
@@ -74,8 +74,8 @@ class StrategyEstimate:
     time_averaged_depth: float
     files: int
     files_read_per_predicate: Mapping[str, float]
-    """Per key column: files a point predicate reads after stats pruning, at the end (first column only: see
-    `recluster/core/estimate/project.py`)."""
+    """Per key column: files a point predicate reads after stats pruning, at the end (a key of more than two
+    columns: its first only, see `recluster/core/estimate/project.py`)."""
     per_day: PerDay
 
 
@@ -241,7 +241,7 @@ def scaled(
         merges=run.merges,
         time_averaged_depth=run.time_averaged_depth,
         files=run.final_files,
-        files_read_per_predicate={key[0]: run.files_read},
+        files_read_per_predicate=dict(zip(key, run.files_read, strict=False)),
         per_day=PerDay(
             appends=shape.appends_per_day,
             bytes_rewritten=rewritten_per_day,

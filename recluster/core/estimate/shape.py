@@ -17,6 +17,8 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
+from recluster.core.curves import RANK_BITS, hilbert_index
+
 ASSUMED_LATE_SHARE = 0.05
 """Late share of a time-like table whose sampled appended files are gone (vacuumed): the workloads' usual share."""
 TIME_LIKE_ADVANCE = 0.5
@@ -26,6 +28,9 @@ UNBOUNDED_LATENESS = 0.75
 KEY_WIDTH = 1 << 20
 """Key width of one synthetic time-like append's own range."""
 RANDOM_DOMAIN = 1 << 40
+CURVE_COLUMNS = 2
+"""Keys of this many columns are modelled on the curve, with their columns' ranges per file (more columns: the
+curve's order alone, files read for the first column only)."""
 
 
 class KeyShape(StrEnum):
@@ -71,6 +76,8 @@ class HistoryShape:
     lag_appends: float | None
     """Time-like: how many appends back late rows reach; None: by any amount."""
     late_share_measured: bool
+    key_columns: int = 1
+    """A random table's key of two columns is modelled on its Hilbert curve (`synthetic_append`)."""
 
     @property
     def rows_per_append(self) -> float:
@@ -97,8 +104,8 @@ def _floats(values: Sequence[float | None]) -> npt.NDArray[np.float64]:
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
-def learn_shape(appends: Sequence[AppendStats], samples: Sequence[LateSample]) -> HistoryShape:
-    """The shape of these data commits (oldest first, at least one)."""
+def learn_shape(appends: Sequence[AppendStats], samples: Sequence[LateSample], key_columns: int = 1) -> HistoryShape:
+    """The shape of these data commits (oldest first, at least one) of a table keyed by `key_columns` columns."""
     rows = sum(a.rows for a in appends)
     stamps = [a.timestamp_ms for a in appends if a.timestamp_ms is not None]
     seconds = (max(stamps) - min(stamps)) / 1000.0 if stamps else 0.0
@@ -118,6 +125,7 @@ def learn_shape(appends: Sequence[AppendStats], samples: Sequence[LateSample]) -
         late_share=share if kind is KeyShape.TIME_LIKE else 0.0,
         lag_appends=lag,
         late_share_measured=measured,
+        key_columns=key_columns if kind is KeyShape.RANDOM else 1,
     )
 
 
@@ -140,6 +148,9 @@ def _time_like(lows: npt.NDArray[np.float64], highs: npt.NDArray[np.float64]) ->
 
 def synthetic_append(shape: HistoryShape, index: int, rows: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
     """The keys of append `index` of a table of this shape (int64; only their order matters)."""
+    if shape.kind is KeyShape.RANDOM and shape.key_columns == CURVE_COLUMNS:
+        ranks = rng.integers(0, 1 << RANK_BITS, size=(rows, CURVE_COLUMNS), dtype=np.uint64)
+        return hilbert_index(ranks).astype(np.int64)
     if shape.kind is KeyShape.RANDOM:
         return rng.integers(0, RANDOM_DOMAIN, size=rows, dtype=np.int64)
     start = index * KEY_WIDTH
