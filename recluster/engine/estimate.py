@@ -37,18 +37,23 @@ from recluster.settings import Settings
 
 log = logging.getLogger("recluster.estimate")
 
+CALIBRATION_MIN_BYTES = 8 * MB
+"""The calibration merges at least this much (or the whole table), and about a target file of rows: smaller
+merges are timed mostly by their fixed costs (a 100 KB sample on a busy machine: 4 MB/s instead of 25)."""
 CALIBRATION_MAX_BYTES = 64 * MB
+CALIBRATION_REPEATS = 2
+"""Each merge of the calibration is timed this many times, the fastest counting (others share the machine)."""
 SNAPSHOT_LOADS = 2
 """A FINAL loads the table's snapshot before its first round and after its last (each as long as estimate's)."""
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
 def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
-    """Copy the newest files (about one target file of rows, at most `CALIBRATION_MAX_BYTES`, none with a
-    deletion vector) into a temporary directory and merge them there with the in-process kernel, sorted by the
-    key's columns (a curve key in column order: its range bounds may not exist yet): the first file alone, then
-    all of them. The two times give the speed (per byte) and the fixed seconds of a merge. Nothing is written to
-    the table."""
+    """Copy the newest files (about one target file of rows and `CALIBRATION_MIN_BYTES`, at most
+    `CALIBRATION_MAX_BYTES`, none with a deletion vector) into a temporary directory and merge them there with the
+    in-process kernel, sorted by the key's columns (a curve key in column order: its range bounds may not exist
+    yet): the first file alone, then all of them. The two times give the speed (per byte) and the fixed seconds
+    of a merge. Nothing is written to the table."""
     from recluster.spark.in_process import merge_in_process
     from recluster.spark.kernel import output_spec
 
@@ -61,7 +66,7 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
             continue
         chosen.append(block)
         rows, size = sum(b.rows for b in chosen), sum(b.bytes for b in chosen)
-        if rows >= settings.clustering.target_rows or size >= CALIBRATION_MAX_BYTES:
+        if (rows >= settings.clustering.target_rows and size >= CALIBRATION_MIN_BYTES) or size >= CALIBRATION_MAX_BYTES:
             break
     if not chosen:
         raise TableError(f"{snapshot.uri}: no data files to measure a merge on (give --merge-mb-per-second)")
@@ -92,8 +97,8 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
             return time.perf_counter() - started, sum(w.bytes for w in written)
 
         merge(chosen[:1])  # warm-up: the first merge of a process loads what the kernel uses
-        one, _ = merge(chosen[:1])
-        seconds, written = merge(chosen)
+        one = min(merge(chosen[:1])[0] for _ in range(CALIBRATION_REPEATS))
+        seconds, written = min(merge(chosen) for _ in range(CALIBRATION_REPEATS))
     read, first = sum(b.bytes for b in chosen), chosen[0].bytes
     slope = (seconds - one) / (read - first) if read > first and seconds > one else seconds / read
     return Calibration(
