@@ -74,6 +74,13 @@ def consumer(bootstrap_servers: str, client_options: Mapping[str, str]) -> Any:
     return KafkaConsumer(bootstrap_servers=bootstrap_servers, **{**defaults, **client_options})
 
 
+def read_to_end(client: Any, tp: Any) -> bool:
+    """Whether the consumer's position on `tp` reached the high watermark its last fetch reported (a stale one only
+    ends this poll early: what came after waits for the next micro-batch, nothing is skipped)."""
+    highwater = client.highwater(tp)
+    return highwater is not None and client.position(tp) >= highwater
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRange(InputPartition):
     """Offsets [start, end) of one partition of the topic: plain values, picklable."""
@@ -86,11 +93,17 @@ class OffsetRange(InputPartition):
     client_options: tuple[tuple[str, str], ...]
 
 
+_IDLE_READERS: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+"""Consumers between reads, per cluster and client settings, in each Python worker (Spark reuses its workers): a
+read does not pay a new TLS handshake and SASL login. A read that fails closes its consumer instead."""
+
+
 def read_range(part: OffsetRange) -> Iterator[tuple[Any, ...]]:
-    """Rows for the records of one offset range (stateless: runs on executors)."""
+    """Rows for the records of one offset range (runs on executors)."""
     from kafka import TopicPartition
 
-    client = consumer(part.bootstrap_servers, dict(part.client_options))
+    key = (part.bootstrap_servers, part.client_options)
+    client = _IDLE_READERS.pop(key, None) or consumer(part.bootstrap_servers, dict(part.client_options))
     tp = TopicPartition(part.topic, part.partition)
     try:
         client.assign([tp])
@@ -118,8 +131,13 @@ def read_range(part: OffsetRange) -> Iterator[tuple[Any, ...]]:
                         record.offset,
                         None,
                     )
-    finally:
+    except BaseException:
         client.close()
+        raise
+    if key in _IDLE_READERS:  # another read of the same settings went idle first (threads): keep one
+        client.close()
+    else:
+        _IDLE_READERS[key] = client
 
 
 class KafkaCommitsReader(DataSourceStreamReader):
@@ -216,6 +234,8 @@ class KafkaCommitsReader(DataSourceStreamReader):
                         break
                     positions[tp.partition] = [record.offset + 1, record.timestamp]
                     budget -= 1
+            if not refetching and all(read_to_end(client, tp) for tp in partitions):
+                break  # every partition read to its high watermark: no empty poll to wait for
         if unverified and budget > 0:
             # The record we read last did not come back. If the broker's log no longer even reaches it,
             # the partition started over and is read from its beginning by the next micro-batch.

@@ -59,6 +59,7 @@ class Broker:
 
     def __init__(self, work: Path) -> None:
         self.work = work
+        work.mkdir(parents=True, exist_ok=True)
         self.port, self.secure_port, self.controller_port = free_port(), free_port(), free_port()
         self.certificates: Certificates = make_certificates(work)
         self.log = work / "kafka.log"
