@@ -48,7 +48,7 @@ def render_estimate(result: TableEstimate, console: Console) -> None:
         f"{initial.seconds:,.1f} s at {result.merge_mb_per_second:,.1f} MB/s ({speed})"
     )
     grid = Table(show_edge=False)
-    for header in ("strategy", "WA", "depth", "files read", "files", "MB/day", "merges/day", "s/day", "churn MB"):
+    for header in ("strategy", "row WA", "depth", "files read", "files", "MB/day", "merges/day", "s/day", "churn MB"):
         grid.add_column(header, justify="left" if header == "strategy" else "right")
     for s in result.strategies:
         day = s.per_day
