@@ -143,6 +143,11 @@ def test_partitions_added_and_a_metrics_group_rebalanced_under_the_job(tmp_path,
         with closing(broker.admin()) as admin:
             admin.create_partitions({commits: NewPartitions(3)})
         second = group_member(broker, metrics)  # joins: the group rebalances while the job runs
+        members = (first, second)
+        wait_for(
+            lambda: [drain(m) for m in members] and all(len(m.assignment()) == 1 for m in members),
+            "the group to split the metrics topic's two partitions between its two members",
+        )
         for batch in range(3, 7):
             if batch == 5:
                 first.close()  # leaves: the group rebalances again, `second` takes every partition
@@ -151,7 +156,7 @@ def test_partitions_added_and_a_metrics_group_rebalanced_under_the_job(tmp_path,
             target = {t: DeltaTable(str(t)).version() for t in tables}
             while time.monotonic() < deadline and any(handler.status[str(t)].version < target[t] for t in tables):
                 query.processAllAvailable()
-                for member in (first, second) if batch < 5 else (second,):
+                for member in members if batch < 5 else (second,):
                     drain(member)
         last = {str(t): handler.status[str(t)].version for t in tables}
         caught_up = {str(t): handler.status[str(t)].version >= DeltaTable(str(t)).version() - 2 for t in tables}
@@ -168,6 +173,7 @@ def test_partitions_added_and_a_metrics_group_rebalanced_under_the_job(tmp_path,
             ),
             f"the group's last member to read the metrics records of versions {last}",
         )
+        assert len(second.assignment()) == 2  # the other member left: this one took its partition
     finally:
         second.close()
     assert all(caught_up.values()), (caught_up, last)  # the new partitions' events reached the job
