@@ -122,6 +122,7 @@ def run_case(workload: Workload, appends: int, seed: int, work: Path) -> dict[st
             "files_read": ours.files_read_per_predicate[first],
             "initial_seconds": estimate.initial.seconds,
             "initial_bytes": estimate.initial.bytes,
+            "initial_rounds": estimate.initial.rounds,
             "merge_mb_per_second": estimate.merge_mb_per_second,
         },
         "real": {**measured, "files_read": measured["files_read"][first], "initial": final},

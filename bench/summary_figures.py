@@ -1,6 +1,6 @@
 """README blocks of the benchmarks that report summary rows (measure, recluster, baseline, ratio, goal): output,
-fixed costs, curves, the cluster, time-like keys (and their trigger in the model), idle tables, many tables, big
-tables and the status pages. Registered in `readme_figures.BLOCKS`."""
+fixed costs, curves, estimates, the cluster, time-like keys (and their trigger in the model), idle tables, many
+tables, big tables and the status pages. Registered in `readme_figures.BLOCKS`."""
 
 from __future__ import annotations
 
@@ -55,6 +55,17 @@ def curve(results: Results) -> str:
         "write amplification = rows rewritten / rows appended"
     )
     return bench_block("Multi-column keys on a curve", "curve_bench", file, details, c["summary"])
+
+
+def estimate(results: Results) -> str:
+    file, e = results.get("estimate")
+    details = (
+        "per workload 40 appends of 2,000 rows (files of 10,000) and 400 of 500 (files of 2,500); `estimate` reads "
+        "a table holding only the appends, the baseline is the real run: the same batches appended to a second table "
+        "with a recluster round (default settings) after every append; the initial FINAL is timed on the first "
+        f"table; the last row: `estimate` on a log of {e['speed']['commits']:,} commits"
+    )
+    return bench_block("recluster estimate against a real run", "estimate_bench", file, details, e["summary"])
 
 
 def cluster(results: Results) -> str:

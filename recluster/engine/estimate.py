@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 from recluster.core.blocks import Block, new_run_id
 from recluster.core.errors import TableError
-from recluster.core.estimate.project import ModelScale, Strategy, run_model
+from recluster.core.estimate.project import ModelScale, Strategy, run_final, run_model
 from recluster.core.estimate.projection import MB, Calibration, InitialCost, ProjectedCost, TableEstimate, scaled
 from recluster.core.estimate.shape import CURVE_COLUMNS, KeyShape, learn_shape
 from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
@@ -162,16 +162,21 @@ def estimate_table(
         for strategy in Strategy
     )
     plan = select_merge_tasks(uri, snapshot.version, snapshot.blocks, bounds, final=True)
-    loading = time.perf_counter()  # a second load, warm as a running job's (the first one paid for imports)
+    loading = time.perf_counter()  # a second load, warm as a running job's (the first one paid for the imports)
     read_snapshot(uri, settings=settings, cluster_by=cluster_by)
     snapshot_seconds = time.perf_counter() - loading
-    initial_bytes = sum(f.bytes for t in plan.tasks for f in t.files)
+    first_bytes = sum(f.bytes for t in plan.tasks for f in t.files)
+    final = run_final(shape, scale, bounds, settings.clustering.max_final_rounds)
+    total_bytes = round(first_bytes * final.rows_rewritten / max(final.first_round_rows, 1))
+    tasks = max(len(plan.tasks), final.tasks)
     initial = InitialCost(
         files=sum(len(t.files) for t in plan.tasks),
         rows=sum(f.rows for t in plan.tasks for f in t.files),
-        bytes=initial_bytes,
+        first_round_bytes=first_bytes,
         files_written=sum(files_for_rows(sum(f.rows for f in t.files), target_rows) for t in plan.tasks),
-        seconds=SNAPSHOT_LOADS * snapshot_seconds + len(plan.tasks) * fixed + initial_bytes / (speed * MB),
+        rounds=max(final.rounds, 1 if plan.tasks else 0),
+        bytes=total_bytes,
+        seconds=SNAPSHOT_LOADS * snapshot_seconds + tasks * fixed + total_bytes / (speed * MB),
     )
     return TableEstimate(
         table=uri,
@@ -207,7 +212,9 @@ def _notes(
         notes.append("late share assumed: the sampled appended files are gone")
     if not calibrated:
         notes.append("merge speed given: bytes written per byte rewritten taken as 1 (no calibration merge)")
-    notes.append("initial cost: the first round of a FINAL (further rounds, if any, are not priced)")
+    notes.append(
+        "initial cost: the first FINAL round as planned on the table; later rounds as many bytes again as in the model"
+    )
     return tuple(notes)
 
 

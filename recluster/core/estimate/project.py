@@ -23,6 +23,7 @@ from recluster.core.estimate.model import FINGERPRINT, KEY, MODEL_BYTES_PER_ROW,
 from recluster.core.estimate.shape import CURVE_COLUMNS, HistoryShape, synthetic_append
 from recluster.core.keys import ClusterKey
 from recluster.core.pruning import BOUND_POINTS, column_scan_fractions
+from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import SelectionBounds
 
 MAX_MODEL_APPENDS = 500
@@ -115,13 +116,7 @@ def run_model(
     """Append `scale.appends` synthetic appends of `shape` to an empty model table, doing `strategy` after each."""
     rng = np.random.default_rng(seed)
     table = ModelTable(scale.target_rows)
-    model_bytes_per_row = shape.bytes_per_row * scale.rows_scale / MODEL_BYTES_PER_ROW
-    model_bounds = dataclasses.replace(
-        bounds,
-        key_fingerprint=FINGERPRINT,
-        target_rows=scale.target_rows,
-        max_task_bytes=max(1, int(bounds.max_task_bytes / model_bytes_per_row)),
-    )
+    model_bounds = _model_bounds(shape, scale, bounds)
     counts, steady = _Counts(), _Counts()
     steady_from = int(scale.appends * (1 - STEADY_SHARE))
     steady_rewritten = 0
@@ -163,6 +158,54 @@ def run_model(
         time_averaged_depth=float(np.mean(depths)),
         final_files=len(blocks),
         files_read=_files_read(table, shape.key_columns),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFinal:
+    """A FINAL on a model of the table as its history left it (nothing clustered): the product's FINAL selection
+    round after round, as `recluster run --final` repeats it."""
+
+    rounds: int
+    tasks: int
+    rows_rewritten: int
+    first_round_rows: int
+
+
+def run_final(
+    shape: HistoryShape, scale: ModelScale, bounds: SelectionBounds, max_rounds: int, seed: int = 35
+) -> ModelFinal:
+    """Rounds until the plan is empty, a round makes the table no shallower, or `max_rounds`."""
+    rng = np.random.default_rng(seed)
+    table = ModelTable(scale.target_rows)
+    for index in range(scale.appends):
+        table.append(synthetic_append(shape, index, scale.rows_per_append, rng))
+    model_bounds = _model_bounds(shape, scale, bounds)
+    rounds = tasks = first = 0
+    depth = table.average_depth
+    while rounds < max_rounds:
+        plan = select_merge_tasks("model", rounds, list(table.blocks.values()), model_bounds, final=True)
+        if not plan.tasks:
+            break
+        rewritten = table.rewritten
+        for task in plan.tasks:
+            table.merge(task)
+        rounds, tasks = rounds + 1, tasks + len(plan.tasks)
+        first = first or table.rewritten - rewritten
+        if table.average_depth >= depth:
+            break
+        depth = table.average_depth
+    return ModelFinal(rounds, tasks, table.rewritten, first)
+
+
+def _model_bounds(shape: HistoryShape, scale: ModelScale, bounds: SelectionBounds) -> SelectionBounds:
+    """The table's selection bounds on model files: the model's key, file size and bytes per row."""
+    model_bytes_per_row = shape.bytes_per_row * scale.rows_scale / MODEL_BYTES_PER_ROW
+    return dataclasses.replace(
+        bounds,
+        key_fingerprint=FINGERPRINT,
+        target_rows=scale.target_rows,
+        max_task_bytes=max(1, int(bounds.max_task_bytes / model_bytes_per_row)),
     )
 
 

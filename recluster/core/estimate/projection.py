@@ -36,13 +36,19 @@ class Calibration:
 
 @dataclass(frozen=True, slots=True)
 class InitialCost:
-    """What a first FINAL rewrites (its first round's plan) and how long it takes: two snapshot loads (timed as
-    estimate loads it), per merge the fixed seconds, the bytes at the merge speed (commits are not counted)."""
+    """What a first FINAL rewrites and how long it takes. Its first round is the product's FINAL plan on the
+    table's files; its rounds and the bytes of all of them come from the same FINAL on the model (the first
+    round's bytes x the model's rows rewritten / its first round's). Seconds: two snapshot loads (timed as estimate
+    loads it), per merge the fixed seconds, the bytes at the merge speed (commits are not counted)."""
 
     files: int
+    """Files the first round rewrites (and `rows`, `first_round_bytes`, `files_written`: its rows, bytes, outputs)."""
     rows: int
-    bytes: int
+    first_round_bytes: int
     files_written: int
+    rounds: int
+    bytes: int
+    """Bytes all rounds rewrite."""
     seconds: float
 
 
