@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +30,7 @@ VENV = Path(os.environ.get("RECLUSTER_VENV", ROOT / ".venv"))
 KAFKA_JARS = Path(os.environ.get("RECLUSTER_KAFKA_JARS", VENV / "kafka" / "jars"))
 COMMITS, METRICS = "commits", "metrics"
 USER, PASSWORD = "recluster", "recluster-secret"
+PR_SET_PDEATHSIG = 1
 JVM = ["-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
 LOG4J = """status = error
 appender.out.type = Console
@@ -126,7 +129,10 @@ class Broker:
     def start(self) -> None:
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(
-                java("kafka.Kafka", str(self.properties), log4j=self.log4j), stdout=output, stderr=subprocess.STDOUT
+                java("kafka.Kafka", str(self.properties), log4j=self.log4j),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
             )
         admins: list[KafkaAdminClient] = []
 
@@ -158,6 +164,12 @@ class Broker:
         with closing(self.admin()) as admin:
             admin.create_topics([NewTopic(name, partitions, 1)])
         return name
+
+
+def _die_with_parent() -> None:
+    """In the broker's process before Java starts: Linux stops it (SIGTERM) when the test run that started it dies,
+    even by SIGKILL, so no broker outlives its tests."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @contextlib.contextmanager
