@@ -31,10 +31,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from recluster.core.block_table import rank_keys
 from recluster.core.blocks import Block
 from recluster.core.keys import KeyColumn, KeyType, encode_key
 from recluster.core.metrics import ClusteringState, clustering_info, clustering_metrics
+from recluster.core.ranks import rank_keys
 
 INT_KEY = (KeyColumn("k", KeyType.INTEGER),)
 STRING_KEY = (KeyColumn("s", KeyType.STRING),)

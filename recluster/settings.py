@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -24,6 +23,9 @@ from pydantic_settings import (
 )
 
 from recluster.core.selection.plan import Policy
+from recluster.settings_input import SettingsError as SettingsError
+from recluster.settings_input import describe_validation_error as describe_validation_error
+from recluster.settings_input import override_value, read_config_file
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -39,10 +41,6 @@ POLICY_PROPERTY = "recluster.policy"
 
 PRESET_BETAS: dict[str, float] = {"quality": 0.2, "economy": 1.0}
 """`selection.preset`: the beta each preset stands for (their measured effect: docs/performance.md)."""
-
-
-class SettingsError(ValueError):
-    """A bad configuration value or file, reported as one line naming the field."""
 
 
 class _Section(BaseModel):
@@ -420,23 +418,6 @@ class Settings(BaseSettings):
         return init_settings, env_settings, InitSettingsSource(settings_cls, _CONFIG_FILE.get({}))
 
 
-def _read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SettingsError(f"cannot read config file {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise SettingsError(f"malformed YAML in {path}{where}: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"config file {path} must hold a mapping, not {type(data).__name__}")
-    return data
-
-
 def _override_path(name: str) -> list[str]:
     """Split `section.field[.key]` along the settings models; below a mapping field the rest is one key
     (`spark.conf.spark.sql.shuffle.partitions` sets conf["spark.sql.shuffle.partitions"])."""
@@ -452,16 +433,6 @@ def _override_path(name: str) -> list[str]:
     return parts
 
 
-def _override_value(raw: str) -> Any:
-    """Scalars stay strings (pydantic validates them per field); `[...]`/`{...}` are YAML collections."""
-    if raw.strip()[:1] in ("[", "{"):
-        try:
-            return yaml.safe_load(raw)
-        except yaml.YAMLError as error:
-            raise SettingsError(f"malformed value {raw!r}: {getattr(error, 'problem', error)}") from None
-    return raw
-
-
 def _nest_overrides(overrides: Iterable[str]) -> dict[str, Any]:
     """`section.field=value` strings to a nested dict; values stay strings for pydantic to validate."""
     nested: dict[str, Any] = {}
@@ -473,25 +444,13 @@ def _nest_overrides(overrides: Iterable[str]) -> dict[str, Any]:
         node = nested
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = _override_value(value)
+        node[leaf] = override_value(value)
     return nested
-
-
-def describe_validation_error(error: ValidationError) -> str:
-    """One line per problem: the dotted field name, pydantic's message and the offending value."""
-    parts = []
-    for item in error.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "settings"
-        secret = "storage_options" in item["loc"]  # credentials: name the field, never echo the value
-        shown = "input" in item and not isinstance(item["input"], dict) and not secret
-        got = f" (got {item['input']!r})" if shown else ""
-        parts.append(f"invalid setting {field}: {item['msg']}{got}")
-    return "; ".join(parts)
 
 
 def load_settings(config_file: str | Path | None = None, overrides: Iterable[str] = ()) -> Settings:
     """Settings from defaults, the YAML file, the environment and CLI overrides, validated."""
-    file_data = _read_config_file(Path(config_file)) if config_file else {}
+    file_data = read_config_file(Path(config_file)) if config_file else {}
     token = _CONFIG_FILE.set(file_data)
     try:
         return Settings(**_nest_overrides(overrides))

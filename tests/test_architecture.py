@@ -13,6 +13,7 @@ PACKAGES = ("recluster", "jobs", "triggers")
 LAYERS = {
     "recluster.core": 0,
     "recluster.settings": 0,
+    "recluster.settings_input": 0,
     "recluster.delta": 1,
     "recluster.spark": 2,
     "recluster.engine": 3,

@@ -21,7 +21,6 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from recluster.core.block_table import rank_keys
 from recluster.core.blocks import LEVEL_CONSTANT, Block
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_key
 from recluster.core.metrics import (
@@ -36,6 +35,7 @@ from recluster.core.metrics import (
     nearest_rank,
 )
 from recluster.core.pruning import column_scan_fractions
+from recluster.core.ranks import rank_keys
 from tests.helpers import EMPTY_METRICS, FAST, LIGHT, METRIC_KEYS
 
 INT_KEY = [KeyColumn("k", KeyType.INTEGER)]

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recluster.core.block_table import BlockTable, IntArray, as_table, as_words, rank_keys, word_key
+from recluster.core.block_table import BlockTable, as_table
 from recluster.core.blocks import Block
 from recluster.core.keys import ClusterKey
 from recluster.core.pruning import column_scan_fractions
+from recluster.core.ranks import IntArray, as_words, rank_keys, word_key
 
 EMPTY_AVERAGE_DEPTH = 1.0
 """A table with no clustered blocks is perfectly clustered (Databend reports 0.0; DESIGN §4 says 1.0)."""

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from recluster.core.block_table import NO_HORIZON, BlockTable, IntArray, key_arrays, release_arrow_memory
+from recluster.core.block_table import NO_HORIZON, BlockTable, release_arrow_memory
 from recluster.core.blocks import Block, Partition
 from recluster.core.curves import whole_curve
 from recluster.core.deletion_vectors import DeletionVector
@@ -37,6 +37,7 @@ from recluster.core.keys import (
     number_words,
     signed_words,
 )
+from recluster.core.ranks import IntArray, key_arrays
 from recluster.delta.file_names import parse_file_names
 from recluster.delta.storage import file_location, table_filesystem
 

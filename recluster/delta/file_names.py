@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from recluster.core.block_table import NO_HORIZON, IntArray
+from recluster.core.block_table import NO_HORIZON
+from recluster.core.ranks import IntArray
 
 _UUID_HEX = 32
 _SUFFIX = b".parquet"

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from recluster.core.block_table import BlockTable, IntArray, as_table
+from recluster.core.block_table import BlockTable, as_table
 from recluster.core.blocks import LEVEL_CONSTANT, Block, Partition
+from recluster.core.ranks import IntArray
 from recluster.core.selection.absorb import absorb_tasks, decide_absorb, effective_beta
 from recluster.core.selection.levels import levels_tasks
 from recluster.core.selection.plan import (

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recluster.core.block_table import NO_HORIZON, FloatArray, IntArray
+from recluster.core.block_table import NO_HORIZON
 from recluster.core.blocks import age_run_id
+from recluster.core.ranks import FloatArray, IntArray
 from recluster.core.selection.plan import Reason, UpperRun, WatermarkDecision
 from recluster.core.selection.runs import Runs
 from recluster.core.selection.watermark import DILUTION, lag_value, learned_lag, run_spans

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from recluster.core.block_table import BlockTable, IntArray
+from recluster.core.block_table import BlockTable
 from recluster.core.blocks import MAX_LEVEL, Block, Partition
+from recluster.core.ranks import IntArray
 
 
 class Policy(StrEnum):

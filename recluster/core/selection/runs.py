@@ -10,8 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recluster.core.block_table import NO_HORIZON, BlockTable, IntArray, as_table
+from recluster.core.block_table import NO_HORIZON, BlockTable, as_table
 from recluster.core.blocks import Block
+from recluster.core.ranks import IntArray
 
 
 @dataclass(frozen=True, slots=True)

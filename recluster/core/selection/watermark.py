@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from recluster.core.block_table import FloatArray, IntArray
 from recluster.core.metrics import table_mean_depth
+from recluster.core.ranks import FloatArray, IntArray
 from recluster.core.selection.plan import Reason, WatermarkDecision
 from recluster.core.selection.runs import Runs
 
