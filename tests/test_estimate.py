@@ -18,10 +18,12 @@ from bench.merge_bench import append
 from jobs.pages import render_table, table_view
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
 from recluster.core.estimate.shape import HistoryShape, KeyShape
+from recluster.core.metrics import clustering_info
 from recluster.core.selection.plan import Policy, SelectionBounds
 from recluster.delta.history import HistoryStore
 from recluster.engine.api import read_snapshot
 from recluster.engine.estimate import estimate_table, record_estimate
+from recluster.engine.publish import BatchActions, MetricsRecord, metrics_record, with_estimate
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings
 from tests.absorb_model import FINGERPRINT
@@ -163,3 +165,10 @@ def test_the_job_keeps_the_estimate_against_what_happened_since(
     settings = Settings(clustering=SETTINGS.clustering, self_optimizing={"history_location": str(location)})
     page = render_table(table_view(read_snapshot(str(path), settings=settings), settings, HistoryStore(str(location))))
     assert f"estimated at version {APPENDS}" in page and "estimate-actual" in page
+    snapshot = read_snapshot(str(path), settings=settings)
+    record = metrics_record(
+        snapshot.uri, snapshot.version, clustering_info(snapshot.blocks), {}, BatchActions(), pending=False
+    )
+    assert record.estimate is None and "estimate" in MetricsRecord.model_json_schema()["properties"]
+    published = MetricsRecord.model_validate_json(with_estimate(record, store.records()).model_dump_json())
+    assert published.estimate is not None and published.estimate.model_dump() == dataclasses.asdict(projected)

@@ -46,7 +46,7 @@ from recluster.delta.storage import normalize_uri, require_safe_commits
 from recluster.engine.api import open_checked_table, selection_bounds
 from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable
 from recluster.engine.optimizer import history_of, history_store, recluster_plan, run_process
-from recluster.engine.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record
+from recluster.engine.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record, with_estimate
 from recluster.engine.rounds import SnapshotLoader
 from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection, table_storage_options
 
@@ -202,7 +202,7 @@ class ReclusterHandler:
 
     def _publish_records(self, records: Sequence[MetricsRecord]) -> None:
         if self.metrics is not None and records:
-            self.metrics.publish((r.table, r.model_dump_json()) for r in records)
+            self.metrics.publish((r.table, with_estimate(r, self.history.records()).model_dump_json()) for r in records)
 
     def _run_scheduled(self, touched: Mapping[str, bool]) -> list[MetricsRecord]:
         """One scheduling pass over every tracked table (DESIGN §8): reclustering and optimizing share the

@@ -7,6 +7,7 @@ counted beyond it), sends are bounded in time, and every later batch retries wha
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -19,8 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recluster.core.blocks import Partition
 from recluster.core.metrics import ClusteringInfo, ClusteringMetrics
+from recluster.core.optimizing import ProcessRecord
 from recluster.core.outcomes import OutcomeTotals
 from recluster.core.selection.plan import Policy, WatermarkDecision, partition_text
+from recluster.engine.estimate_record import latest_projection
 from recluster.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,18 @@ def time_like_records(decisions: Iterable[tuple[Partition, WatermarkDecision]]) 
     return [TimeLikeRecord(partition=partition_text(p), **d.to_dict()) for p, d in decisions]
 
 
+class EstimateRecord(_Record):
+    """What `recluster estimate` projected when the job took the table up (issue 35)."""
+
+    version: int = Field(description="the table version the estimate was made at")
+    at: float = Field(description="when, in seconds since the epoch")
+    policy: str = Field(description="the policy it projected")
+    written_per_appended: float = Field(description="bytes the policy rewrites per byte appended")
+    time_averaged_depth: float = Field(description="the average depth after every append, averaged")
+    bytes_rewritten_per_day: float = Field(description="bytes rewritten per day at the history's pace of appends")
+    merges_per_day: float
+
+
 class MetricsRecord(_Record):
     """One record per touched table per micro-batch on the metrics topic, keyed by the table URI."""
 
@@ -101,6 +116,19 @@ class MetricsRecord(_Record):
     time_like: list[TimeLikeRecord] = Field(
         default_factory=list, description="absorb: the watermark decision of each time-like partition planned"
     )
+    estimate: EstimateRecord | None = Field(
+        None,
+        description="what `recluster estimate` projected when the job took the table up (null until then); "
+        "`recluster status` sets it against what happened since",
+    )
+
+
+def with_estimate(record: MetricsRecord, history: Iterable[ProcessRecord]) -> MetricsRecord:
+    """The record with the table's stored projection (`estimate` rows of the history table), if it has one."""
+    projected = latest_projection(history, record.table)
+    if projected is None:
+        return record
+    return record.model_copy(update={"estimate": EstimateRecord(**dataclasses.asdict(projected))})
 
 
 def metrics_record(
