@@ -213,7 +213,8 @@ def _notes(
     if not calibrated:
         notes.append("merge speed given: bytes written per byte rewritten taken as 1 (no calibration merge)")
     notes.append(
-        "initial cost: the first FINAL round as planned on the table; later rounds as many bytes again as in the model"
+        "initial cost: the first FINAL round as planned on the table's files, later rounds in proportion to the same "
+        "FINAL on the model"
     )
     return tuple(notes)
 
