@@ -9,6 +9,7 @@ synthetic batch), or the speed given.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -29,6 +30,7 @@ from recluster.core.selection.plan import MergeTask, Reason
 from recluster.delta.append_history import late_samples, read_appends
 from recluster.delta.history import HistoryStore, new_process_id
 from recluster.delta.maintenance import DEFAULT_DELETED_FILE_RETENTION_HOURS, parse_delta_interval
+from recluster.delta.ranges import sample_range_bounds
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.engine.api import read_snapshot, selection_bounds
@@ -44,16 +46,18 @@ CALIBRATION_MAX_BYTES = 64 * MB
 CALIBRATION_REPEATS = 2
 """Each merge of the calibration is timed this many times, the fastest counting (others share the machine)."""
 SNAPSHOT_LOADS = 2
-"""A FINAL loads the table's snapshot before its first round and after its last (each as long as estimate's)."""
+"""A FINAL loads the table's snapshot before its first round and after its last (each as long as estimate's), and
+once more on a curve key without range bounds (after storing them)."""
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
 def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
     """Copy the newest files (about one target file of rows and `CALIBRATION_MIN_BYTES`, at most
     `CALIBRATION_MAX_BYTES`, none with a deletion vector) into a temporary directory and merge them there with the
-    in-process kernel, sorted by the key's columns (a curve key in column order: its range bounds may not exist
-    yet): the first file alone, then all of them. The two times give the speed (per byte) and the fixed seconds
-    of a merge. Nothing is written to the table."""
+    in-process kernel as a merge of the table would (a curve key without range bounds yet: bounds sampled from the
+    files first, as the first merge on a curve does): the first file alone, then all of them. The two times give
+    the speed (per byte) and the fixed seconds of a merge. Nothing is written to the table."""
+    from recluster.spark.curve_column import CurveSpec
     from recluster.spark.in_process import merge_in_process
     from recluster.spark.kernel import output_spec
 
@@ -79,6 +83,10 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
                 Path(target).write_bytes(source.read())
 
         def merge(files: Sequence[Block]) -> tuple[float, int]:
+            started = time.perf_counter()
+            key = snapshot.key
+            if key.on_curve and key.bounds is None:  # as a first merge on a curve: its bounds sampled from the files
+                key = dataclasses.replace(key, bounds=sample_range_bounds(root, {}, files, key))
             task = MergeTask(files[0].partition, 0, 1, tuple(files), Reason.UNCLUSTERED, 0)
             spec = output_spec(
                 task,
@@ -91,8 +99,8 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
                 target_rows=settings.clustering.target_rows,
                 target_file_bytes=settings.clustering.target_file_bytes,
                 parquet=settings.merge.parquet,
+                curve=CurveSpec.of(key),
             )
-            started = time.perf_counter()
             written = merge_in_process(task, spec, threads=settings.merge.resolved_threads)
             return time.perf_counter() - started, sum(w.bytes for w in written)
 
@@ -169,6 +177,8 @@ def estimate_table(
     final = run_final(shape, scale, bounds, settings.clustering.max_final_rounds)
     total_bytes = round(first_bytes * final.rows_rewritten / max(final.first_round_rows, 1))
     tasks = max(len(plan.tasks), final.tasks)
+    unbounded = snapshot.key.on_curve and snapshot.key.bounds is None  # the FINAL stores bounds, then loads again
+    loads = SNAPSHOT_LOADS + (1 if unbounded and plan.tasks else 0)
     initial = InitialCost(
         files=sum(len(t.files) for t in plan.tasks),
         rows=sum(f.rows for t in plan.tasks for f in t.files),
@@ -176,7 +186,7 @@ def estimate_table(
         files_written=sum(files_for_rows(sum(f.rows for f in t.files), target_rows) for t in plan.tasks),
         rounds=max(final.rounds, 1 if plan.tasks else 0),
         bytes=total_bytes,
-        seconds=SNAPSHOT_LOADS * snapshot_seconds + tasks * fixed + total_bytes / (speed * MB),
+        seconds=loads * snapshot_seconds + tasks * fixed + total_bytes / (speed * MB),
     )
     return TableEstimate(
         table=uri,
