@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from deltalake import write_deltalake
 
 from bench.compare.workloads import Workload, bounded_time_batch, time_batch, two_column_batch, uniform_batch
-from bench.estimate_bench import no_spark, real_run
+from bench.estimate_bench import no_spark, real_run, write_long_log
 from bench.merge_bench import append
 from jobs.pages import render_table, table_view
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
@@ -172,3 +173,16 @@ def test_the_job_keeps_the_estimate_against_what_happened_since(
     assert record.estimate is None and "estimate" in MetricsRecord.model_json_schema()["properties"]
     published = MetricsRecord.model_validate_json(with_estimate(record, store.records()).model_dump_json())
     assert published.estimate is not None and published.estimate.model_dump() == dataclasses.asdict(projected)
+
+
+def test_days_choose_the_commits_learned_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_long_log(tmp_path / "log", 50)  # hourly commits from 2026-01-01 on, their data files absent
+    old = run_cli("estimate", str(tmp_path / "log"), "--days", "30", "--merge-mb-per-second", "100")
+    assert old.returncode == 1 and "no data commits in the last 30 days" in old.stderr
+    days = (time.time() - 1_767_225_600) / 86_400 + 1
+    result = main_json(capsys, "estimate", str(tmp_path / "log"), "--days", f"{days}", "--merge-mb-per-second", "100")
+    assert result["history"]["appends"] == 50 and result["history"]["kind"] == "time_like"
+    assert (
+        result["history"]["lag_appends"] == pytest.approx(2.0, abs=0.1) and not result["history"]["late_share_measured"]
+    )
+    assert any("late share assumed" in note for note in result["notes"]) and result["calibration"] is None
