@@ -80,10 +80,10 @@ def _read_entries(uri: str, versions: Sequence[int], storage_options: Mapping[st
         return list(pool.map(read, versions))
 
 
-def changes_since(uri: str, version: int, storage_options: Mapping[str, str] | None) -> tuple[int, int, int]:
-    """After `version`: (bytes the data commits appended, bytes recluster's rewrites wrote, its rewrites)."""
-    later = [v for v in log_versions(uri, storage_options) if v > version]
-    entries = _read_entries(uri, later, storage_options)
+def changes_between(uri: str, after: int, upto: int, storage_options: Mapping[str, str] | None) -> tuple[int, int, int]:
+    """Commits after..upto: (bytes the data commits appended, bytes recluster's rewrites wrote, its rewrites);
+    commits no longer in the log count nothing."""
+    entries = _read_entries(uri, range(after + 1, upto + 1), storage_options)
     ours = [e for e in entries if e.producer == PRODUCER and e.adds]
     return sum(e.bytes_added for e in entries if _is_append(e)), sum(e.bytes_added for e in ours), len(ours)
 

@@ -3,12 +3,14 @@ the history table), next to what the log shows since."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from recluster.core.estimate.projection import EstimateVsActual, ProjectedCost
 from recluster.core.optimizing import ProcessRecord, ProcessType
-from recluster.delta.append_history import changes_since
+from recluster.delta.append_history import changes_between
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import normalize_uri
 
@@ -28,7 +30,7 @@ def estimate_vs_actual(
     projected = latest_projection(records, snapshot.uri)
     if projected is None:
         return None
-    appended, rewritten, merges = changes_since(snapshot.uri, projected.version, snapshot.storage_options)
+    appended, rewritten, merges = _changes_since(snapshot, projected.version)
     return EstimateVsActual(
         projected=projected,
         days=max(0.0, ((time.time() if now is None else now) - projected.at) / 86_400),
@@ -37,3 +39,30 @@ def estimate_vs_actual(
         merges=merges,
         average_depth=average_depth,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Since:
+    """What the log showed after a projection's version, up to `version` (status pages ask again and again: only
+    commits not counted yet are read)."""
+
+    projected: int
+    version: int
+    changes: tuple[int, int, int]
+
+
+_counted: dict[str, _Since] = {}
+_counted_lock = threading.Lock()
+
+
+def _changes_since(snapshot: TableSnapshot, projected: int) -> tuple[int, int, int]:
+    with _counted_lock:
+        seen = _counted.get(snapshot.uri)
+    if seen is None or seen.projected != projected or seen.version > snapshot.version:
+        seen = _Since(projected, projected, (0, 0, 0))
+    new = changes_between(snapshot.uri, seen.version, snapshot.version, snapshot.storage_options)
+    appended, rewritten, merges = (old + more for old, more in zip(seen.changes, new, strict=True))
+    counted = _Since(projected, snapshot.version, (appended, rewritten, merges))
+    with _counted_lock:
+        _counted[snapshot.uri] = counted
+    return counted.changes
