@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bench.delta_optimize_bench import summary_rows
 from bench.figures import MB, Json, Results, num, source, table
+from bench.merge_bench import summary_records
 
 
 def summary_table(summary: Sequence[Json]) -> str:
@@ -184,7 +186,8 @@ def big_table(results: Results) -> str:
 
 
 def delta_optimize(results: Results) -> str:
-    file, d = results.get("delta-optimize")
+    full = results.newest_name("delta-optimize") is not None  # else the quick run's (smaller data, same method)
+    file, d = results.get("delta-optimize" if full else "delta-optimize-quick")
     data_sets = d["data_sets"].items()
     sets = ", ".join(f"{name} ({m['rows']:,} rows, {m['input_bytes'] / MB:.0f} MB)" for name, m in data_sets)
     details = (
@@ -194,7 +197,8 @@ def delta_optimize(results: Results) -> str:
         "predicates covering 0.1% of a column's range (a string column: one value) of the files Delta's min/max "
         "stats keep" + ("; quick sizes" if d["quick"] else "")
     )
-    return bench_block("Against Delta Spark's own OPTIMIZE", "delta_optimize_bench", file, details, d["summary"])
+    rows = summary_records([row for name, measured in data_sets for row in summary_rows(name, measured)])
+    return bench_block("Against Delta Spark's own OPTIMIZE", "delta_optimize_bench", file, details, rows)
 
 
 def pages(results: Results) -> str:
