@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recluster.core.block_table import BlockTable, as_table
+from recluster.core.block_table import BlockTable, as_table, release_arrow_memory
 from recluster.core.blocks import Block
 from recluster.core.keys import ClusterKey
 from recluster.core.pruning import column_scan_fractions
@@ -406,7 +406,9 @@ def clustering_info(blocks: Sequence[Block], key: ClusterKey | None = None) -> C
         levels = {int(level): table_metrics(table, _where(table.levels == level)) for level in distinct}
     # A table of one level is that level: no second computation.
     whole = next(iter(levels.values())) if len(levels) == 1 else table_metrics(table)
-    return ClusteringInfo(table=whole, levels=levels, column_scan=column_scan_fractions(table, key) if key else {})
+    column_scan = column_scan_fractions(table, key) if key else {}
+    release_arrow_memory()  # (the scan's Arrow temporaries are gone once it has returned)
+    return ClusteringInfo(table=whole, levels=levels, column_scan=column_scan)
 
 
 class ClusteringState:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recluster.core.block_table import Column, as_table, release_arrow_memory
+from recluster.core.block_table import Column, as_table
 from recluster.core.blocks import Block
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable_bounds, comparable_values
 
@@ -110,7 +110,6 @@ def column_scan_fractions(blocks: Sequence[Block], key: ClusterKey) -> Mapping[s
         except (TypeError, ValueError, pa.ArrowInvalid):  # stats of mixed types (a column whose type changed)
             continue
         result[column.name] = (reads / len(points) + count - len(lows)) / count if len(points) else 1.0
-    release_arrow_memory()
     return result
 
 

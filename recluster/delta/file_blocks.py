@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from recluster.core.block_table import NO_HORIZON, BlockTable, release_arrow_memory
+from recluster.core.block_table import NO_HORIZON, BlockTable
 from recluster.core.blocks import Block, Partition
 from recluster.core.curves import whole_curve
 from recluster.core.deletion_vectors import DeletionVector
@@ -311,7 +311,6 @@ def blocks_from_actions(
     vectors = deletion_vectors or {}
     logged = paths.combine_chunks() if vectors else None
     positions = pc.index_in(pa.array(list(vectors), pa.string()), value_set=logged) if vectors else None
-    release_arrow_memory()
     return BlockTable(
         paths=paths,
         rows=rows,

@@ -19,6 +19,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from recluster.core.block_table import release_arrow_memory
 from recluster.core.blocks import Block
 from recluster.core.curves import MAX_CURVE_COLUMNS, Curve, default_curve, parse_curve
 from recluster.core.deletion_vectors import DeletionVector
@@ -277,6 +278,8 @@ def load_snapshot(
         chosen = [i for i, p in enumerate(partitions) if all(dict(p).get(k) == v for k, v in wanted.items())]
         actions = actions.filter(pa.array(np.isin(codes, chosen)))
     blocks = blocks_from_actions(actions, key, partition_columns, location, storage_options, vectors)
+    del actions
+    release_arrow_memory()  # (the listing's and the blocks' Arrow temporaries are gone by now)
     schema = arrow_schema(table)
     return TableSnapshot(
         uri=location,
