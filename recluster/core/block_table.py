@@ -334,20 +334,14 @@ class BlockTable(Sequence[Block]):
             self._ranks = (lo, hi, points)
         return self._ranks
 
-    def ranks_of(self, indices: IntArray) -> tuple[IntArray, IntArray, int]:
+    def ranks_of(self, indices: IntArray, *, dense: bool = False) -> tuple[IntArray, IntArray, int]:
         """These (distinct, clustered) files' key ranks, for `ranked_depth_profile`: the table's own while they are
         a good share of it (points no file of theirs touches are allowed), else dense among themselves (a small
-        set's arrays stay small)."""
+        set's arrays stay small). `dense`: always dense among their own ends, so the table's own only when they are
+        all its clustered files (no second sort of a million files' keys)."""
         lo, hi, points = self.key_ranks()
-        if len(indices) * 4 >= self._clustered_count:
-            return lo[indices], hi[indices], points
-        return dense_ranks(lo[indices], hi[indices])
-
-    def dense_ranks_of(self, indices: IntArray) -> tuple[IntArray, IntArray, int]:
-        """These (distinct, clustered) files' key ranks made dense among their own ends: the table's ranks as they
-        are when the files are all its clustered ones (no second sort of a million files' keys)."""
-        lo, hi, points = self.key_ranks()
-        if len(indices) == self._clustered_count:
+        whole = len(indices) == self._clustered_count
+        if whole or (not dense and len(indices) * 4 >= self._clustered_count):
             return lo[indices], hi[indices], points
         return dense_ranks(lo[indices], hi[indices])
 

@@ -23,7 +23,7 @@ def _deepest_range_tasks(
 
     Returns the file groups, their depths and how many candidate groups were over the size bounds.
     """
-    profile = ranked_depth_profile(*table.dense_ranks_of(pool))  # dense: depth runs are walked point by point
+    profile = ranked_depth_profile(*table.ranks_of(pool, dense=True))  # dense: depth runs are walked point by point
     depth = profile.point_depth
     if not len(depth) or int(depth.max()) < 2 or float(profile.block_depth.mean()) <= threshold:
         return [], [], 0
