@@ -90,10 +90,10 @@ class MergeSettings(_Section):
     """Tasks of at most this many input bytes run the merge kernel in the process in one piece (no JVM, no Spark
     job). Bigger ones are range-partitioned: where `placement` says."""
     placement: Literal["auto", "process", "spark"] = "auto"
-    """Where tasks above in_process_max_bytes run. `spark`: in Spark tasks (range partitioning by Spark's
-    shuffle). `process`: in this process, ranges spilled to local disk, `threads` at a time (memory bounded by
-    the output file size, not the task's). `auto`: the process when spark.master is local (the same cores,
-    measured faster: bench/output_bench.py), else Spark."""
+    """Where tasks above in_process_max_bytes run. `spark`: in Spark tasks (the same ranges, Arrow pieces moved
+    by Spark's shuffle). `process`: in this process, ranges spilled to local disk, `threads` at a time (memory
+    bounded by the output file size, not the task's). `auto`: the process when spark.master is local (the same
+    cores, measured faster: bench/output_bench.py), else Spark."""
     threads: int | None = Field(None, ge=1)
     """Ranges (and output files) the in-process kernel works on at once; None: the machine's cores."""
     spill_dir: str | None = None
@@ -156,12 +156,6 @@ class SparkSettings(_Section):
     """Extra Spark configuration, passed through unchanged."""
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
     """Level of Spark's own loggers once a session runs (startup chatter is silenced by recluster's log4j2 config)."""
-    data_reader: Literal["auto", "spark", "pyarrow"] = "auto"
-    """How merges read data files. `pyarrow`: inside Spark tasks through pyarrow.fs with the tables' storage
-    options (needs no Hadoop jars; every store delta-rs reaches). `spark`: Spark's own Parquet reader (object
-    stores need the hadoop-aws / gcs-connector / hadoop-azure jars and their `spark.hadoop.*` credentials).
-    `auto`: Spark's reader for local tables and for stores whose Hadoop filesystem is on the classpath, else
-    pyarrow. Outputs are always written through pyarrow.fs."""
 
 
 class CommitSettings(_Section):

@@ -1,5 +1,6 @@
-"""The in-process kernel's range partitioning (merge.placement=process above merge.in_process_max_bytes): every
-row once, files sorted and apart on the first key column, NULLs first and NaN last, deletion vectors applied."""
+"""The kernel's range partitioning above merge.in_process_max_bytes, in the process and in Spark tasks: every
+row once, files sorted and apart on the first key column, NULLs first and NaN last, deletion vectors applied; both
+placements write the same files."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import bisect
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -70,25 +72,30 @@ def sort_rank(value: float | None) -> tuple[int, float]:
     return (2, 0.0) if math.isnan(value) else (1, value)
 
 
-@pytest.mark.parametrize("with_vector", [False, True], ids=["plain", "with-deletion-vector"])
-def test_range_partitioned_merge_keeps_every_row_once_in_sorted_disjoint_files(
-    tmp_path: Path, with_vector: bool
-) -> None:
-    path = tmp_path / "t"
-    expected = float_key_table(path, with_vector=with_vector)
+def range_partitioned(path: Path, placement: str, spark: Any) -> list[pa.Table]:
+    """The files one FINAL task over the whole table writes (not committed), by `placement`."""
     settings = Settings(
         clustering={"target_rows": 3_000},  # type: ignore[arg-type]
-        merge={"in_process_max_bytes": 0, "placement": "process", "threads": 2},  # type: ignore[arg-type]
+        merge={"in_process_max_bytes": 0, "placement": placement, "threads": 2},  # type: ignore[arg-type]
     )
     snapshot = snapshot_loader(str(path), settings, None)()
     plan = select_merge_tasks(
         str(path), snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None), final=True
     )
     (task,) = plan.tasks
-    written = write_task(None, task, snapshot, settings=settings, run_id="000000000abc")
-    tables = [pq.read_table(path / f.path) for f in written]
+    written = write_task(spark, task, snapshot, settings=settings, run_id=f"000000000{placement[:3]}")
+    return [pq.read_table(path / f.path) for f in written]
+
+
+@pytest.mark.parametrize("with_vector", [False, True], ids=["plain", "with-deletion-vector"])
+def test_range_partitioned_merge_keeps_every_row_once_in_sorted_disjoint_files(
+    tmp_path: Path, with_vector: bool
+) -> None:
+    path = tmp_path / "t"
+    expected = float_key_table(path, with_vector=with_vector)
+    tables = range_partitioned(path, "process", None)
     assert row_multiset(pa.concat_tables(tables)) == row_multiset(expected)
-    assert len(written) >= 6  # about rows / target_rows ranges, each cut into files
+    assert len(tables) >= 6  # about rows / target_rows ranges, each cut into files
     spans = []
     for table in tables:
         ranks = [sort_rank(v) for v in table.column("k").to_pylist()]
@@ -98,3 +105,21 @@ def test_range_partitioned_merge_keeps_every_row_once_in_sorted_disjoint_files(
     for (_, high), (low, _) in itertools.pairwise(spans):
         assert high < low  # a key value (NULL and NaN included) lives in one file only
     assert int(pc.sum(pc.is_nan(pa.concat_tables(tables).column("k"))).as_py()) > 0
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("with_vector", [False, True], ids=["plain", "with-deletion-vector"])
+def test_spark_placement_writes_the_files_of_the_in_process_placement(
+    tmp_path: Path, spark: Any, with_vector: bool
+) -> None:
+    """Spark tasks place the same bounds (the same sample) and cut the same files: file by file the same rows."""
+    path = tmp_path / "t"
+    float_key_table(path, with_vector=with_vector)
+
+    def by_first_row(tables: list[pa.Table]) -> list[Any]:
+        return sorted((sort_rank(t.column("k")[0].as_py()), row_multiset(t)) for t in tables)
+
+    in_process = range_partitioned(path, "process", None)
+    in_spark = range_partitioned(path, "spark", spark)
+    assert len(in_spark) == len(in_process) >= 6
+    assert by_first_row(in_spark) == by_first_row(in_process)

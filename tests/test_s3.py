@@ -42,12 +42,10 @@ from recluster.settings import (
     CommitSettings,
     MaintenanceSettings,
     Settings,
-    SparkSettings,
     StreamSettings,
     TableSettings,
     load_settings,
 )
-from recluster.spark.merge import spark_reads_natively
 from tests.helpers import row_multiset, run_cli, wait_for
 from triggers.delta_log import newest_version
 
@@ -210,16 +208,6 @@ def test_info_and_final_recluster_on_s3(s3, spark):
     before_rows = row_multiset(read_back(s3, uri))
     version_before = DeltaTable(uri, storage_options=s3.options()).version()
     assert table_info(uri, settings=settings).info.table.average_depth == 12.0
-    assert not spark_reads_natively(spark, uri)  # no Hadoop S3 jars here: merges read through pyarrow.fs
-    forced = Settings(  # the Spark placement of the kernel, with Spark's own reader forced
-        storage_options=s3.options(),
-        spark=SparkSettings(data_reader="spark"),
-        merge={"in_process_max_bytes": 0, "placement": "spark"},  # type: ignore[arg-type]
-    )
-    with pytest.raises(TableError, match=r"no Hadoop filesystem for s3://"):
-        run(uri, spark, forced, final=True)
-    assert DeltaTable(uri, storage_options=s3.options()).version() == version_before
-
     result = run(uri, spark, settings, final=True)
 
     assert result.stop_reason == "within_threshold" and result.totals.conflicts == 0 and result.totals.failures == 0
@@ -236,8 +224,8 @@ def test_info_and_final_recluster_on_s3(s3, spark):
 
 
 @pytest.mark.spark
-def test_pyarrow_reader_equals_spark_reader_on_local_files(tmp_path, spark):
-    """The jar-free reader must read exactly what Spark's reader reads, schema evolution included."""
+def test_spark_placement_reads_schema_evolved_files_exactly(tmp_path, spark):
+    """Merges in Spark tasks read files written before and after a column was added: every row, every value."""
     path = str(tmp_path / "evolved")
     rng = np.random.default_rng(3)
     for i in range(4):
@@ -251,7 +239,10 @@ def test_pyarrow_reader_equals_spark_reader_on_local_files(tmp_path, spark):
         write_deltalake(path, pa.table(columns), mode="append", schema_mode="merge")
     set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(path).to_pyarrow_table())
-    settings = Settings(spark=SparkSettings(data_reader="pyarrow"), clustering=ClusteringSettings(target_rows=600))
+    settings = Settings(
+        clustering=ClusteringSettings(target_rows=600),
+        merge={"in_process_max_bytes": 0, "placement": "spark"},  # type: ignore[arg-type]
+    )
     result = run(path, spark, settings, final=True)
     assert result.totals.tasks >= 1 and result.after.table.average_depth == 1.0
     assert row_multiset(DeltaTable(path).to_pyarrow_table()) == expected

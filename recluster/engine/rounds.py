@@ -120,7 +120,7 @@ def write_task(
         return merge_in_process(task, spec, threads=merge.resolved_threads)
     if not needs_spark(task, settings):
         return merge_range_partitioned(task, spec, threads=merge.resolved_threads, spill_dir=merge.spill_dir)
-    return execute_task(spark, task, spec, settings.spark.data_reader)
+    return execute_task(spark, task, spec)
 
 
 def task_row_tracking(task: MergeTask, snapshot: TableSnapshot) -> RowTracking | None:

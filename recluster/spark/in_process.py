@@ -18,6 +18,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,11 +93,8 @@ def merge_in_process(task: MergeTask, spec: OutputSpec, threads: int = 1) -> lis
     and handed to `write_sorted_partition` as one sorted partition (`threads` output files written at once)."""
     source = _input_spec(task, spec)
     table = pa.Table.from_batches(list(_read_files(source, range(len(source.paths)))), schema=spec.schema)
-    if spec.key:
-        table = sort_by_key(with_curve_column(table, spec.curve), sort_columns(spec.key, spec.curve))
-    spec = dataclasses.replace(spec, write_threads=threads)
-    results = [row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()]
-    return written_files(task, results)
+    table = with_curve_column(table, spec.curve) if spec.key else table
+    return written_files(task, write_range(dataclasses.replace(spec, write_threads=threads), table))
 
 
 def range_ids(column: pa.ChunkedArray | pa.Array, bounds: Sequence[Any]) -> npt.NDArray[np.int32]:
@@ -110,33 +108,49 @@ def range_ids(column: pa.ChunkedArray | pa.Array, bounds: Sequence[Any]) -> npt.
     return ids
 
 
-def _sample_first_key(task: MergeTask, spec: OutputSpec, ranges: int, threads: int) -> pa.ChunkedArray:
-    """A random sample of the first key column (of the curve value under a curve key), about
-    SAMPLE_ROWS_PER_RANGE per range, drawn from every file in proportion to its rows (only the key columns are
-    read; deleted rows may be in it, which only moves bounds)."""
-    filesystem = table_filesystem(spec.table_root, spec.storage_options)
-    wanted = SAMPLE_ROWS_PER_RANGE * ranges / max(task.rows, 1)
-    generator = np.random.default_rng(len(task.files))
-    seeds = generator.integers(0, 2**31, size=len(task.files))
+def _sample_columns(spec: OutputSpec) -> tuple[pa.Schema, pa.Schema]:
+    """The columns a sample reads (all key columns under a curve, else the first) as logical and stored schemas."""
     names = spec.key if spec.curve is not None else spec.key[:1]
     schema = pa.schema([spec.schema.field(name) for name in names])
     stored = pa.schema([(spec.stored or spec.schema).field(spec.schema.get_field_index(name)) for name in names])
+    return schema, stored
 
-    def sample(index: int) -> pa.Table:
-        with filesystem.open_input_file(file_location(spec.table_root, task.files[index].path)) as handle:
-            parquet = pq.ParquetFile(handle, pre_buffer=True)
-            read = parquet.read(columns=stored_columns(stored, parquet.schema_arrow.names))
-            table = pa.Table.from_batches([logical_batch(b, schema, stored) for b in read.to_batches()], schema)
-        take = min(table.num_rows, math.ceil(table.num_rows * wanted))
-        chosen = np.random.default_rng(seeds[index]).choice(table.num_rows, size=take, replace=False)
-        return table.take(pa.array(np.sort(chosen)))
 
-    with ThreadPoolExecutor(threads) as pool:
-        pieces = list(pool.map(sample, range(len(task.files))))
+def sample_file(spec: OutputSpec, path: str, share: float, seed: int) -> pa.Table:
+    """About `share` of one file's rows, chosen at random (`seed`), of the sampled key columns only (deleted
+    rows may be among them, which only moves bounds)."""
+    schema, stored = _sample_columns(spec)
+    filesystem = table_filesystem(spec.table_root, spec.storage_options)
+    with filesystem.open_input_file(file_location(spec.table_root, path)) as handle:
+        parquet = pq.ParquetFile(handle, pre_buffer=True)
+        read = parquet.read(columns=stored_columns(stored, parquet.schema_arrow.names))
+        table = pa.Table.from_batches([logical_batch(b, schema, stored) for b in read.to_batches()], schema)
+    take = min(table.num_rows, math.ceil(table.num_rows * share))
+    chosen = np.random.default_rng(seed).choice(table.num_rows, size=take, replace=False)
+    return table.take(pa.array(np.sort(chosen)))
+
+
+def sample_plan(task: MergeTask, ranges: int) -> tuple[float, list[int]]:
+    """The share of rows to sample (about SAMPLE_ROWS_PER_RANGE per range, every file in proportion to its rows)
+    and each file's seed: the same on every placement, so that they place the same bounds."""
+    seeds = np.random.default_rng(len(task.files)).integers(0, 2**31, size=len(task.files))
+    return SAMPLE_ROWS_PER_RANGE * ranges / max(task.rows, 1), [int(seed) for seed in seeds]
+
+
+def quantile_column(pieces: Sequence[pa.Table], spec: OutputSpec) -> pa.ChunkedArray:
+    """The sampled values bounds are placed on: the first key column, or the curve value under a curve key."""
     sampled = pa.concat_tables(pieces)
     if spec.curve is not None:
         return pa.chunked_array([curve_column(sampled, spec.curve)])
     return sampled.column(0)
+
+
+def _sample_first_key(task: MergeTask, spec: OutputSpec, ranges: int, threads: int) -> pa.ChunkedArray:
+    """A random sample of the first key column (of the curve value under a curve key), read by this process."""
+    share, seeds = sample_plan(task, ranges)
+    with ThreadPoolExecutor(threads) as pool:
+        pieces = list(pool.map(lambda i: sample_file(spec, task.files[i].path, share, seeds[i]), range(len(seeds))))
+    return quantile_column(pieces, spec)
 
 
 def with_curve_batch(batch: pa.RecordBatch, spec: OutputSpec) -> pa.RecordBatch:
@@ -165,36 +179,69 @@ class _SpillFiles:
             writer.close()
 
 
+@dataclass(frozen=True, slots=True)
+class RangeRouter:
+    """Where each input row goes (picklable: Spark tasks route with it too): by the first key column's (or the
+    curve value's) bounds, or, without a key (compaction), consecutive rows of the task filling the ranges in turn."""
+
+    spec: OutputSpec
+    source: InputSpec
+    bounds: tuple[Any, ...]
+    ranges: int
+    offsets: tuple[int, ...]
+    """Per input file, the task's row count before it."""
+    rows: int
+
+    def route(self, index: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """The rows of input file `index`, as (range, rows of that range) pieces."""
+        spec = self.spec
+        partition_column = CURVE_FIELD.name if spec.curve is not None else spec.key[0] if spec.key else ""
+        position = self.offsets[index]
+        for read in _read_files(self.source, [index]):
+            batch = with_curve_batch(read, spec)
+            if spec.key:
+                ids = range_ids(batch.column(partition_column), self.bounds)
+            else:
+                rows = np.arange(position, position + batch.num_rows)
+                ids = np.minimum(rows * self.ranges // max(self.rows, 1), self.ranges - 1).astype(np.int32)
+            position += batch.num_rows
+            routed = batch.take(pa.array(np.argsort(ids, kind="stable")))
+            edges = np.concatenate(([0], np.cumsum(np.bincount(ids, minlength=self.ranges))))
+            for part in np.flatnonzero(np.diff(edges)):
+                yield int(part), routed.slice(int(edges[part]), int(edges[part + 1] - edges[part]))
+
+
+def range_router(task: MergeTask, spec: OutputSpec, bounds: Sequence[Any]) -> RangeRouter:
+    """The router of `task` over `bounds` (from `sample_quantile_bounds`; ignored without a key)."""
+    ranges = len(bounds) + 1 if spec.key else range_count(task, spec)
+    offsets = tuple(int(offset) for offset in np.cumsum([0, *(block.rows for block in task.files)])[:-1])
+    return RangeRouter(spec, _input_spec(task, spec), tuple(bounds) if spec.key else (), ranges, offsets, task.rows)
+
+
+def write_range(spec: OutputSpec, table: pa.Table) -> list[dict[str, Any]]:
+    """One range's rows sorted and written: the result row of each file written."""
+    if table.num_rows == 0:
+        return []
+    if spec.key:
+        table = sort_by_key(table, sort_columns(spec.key, spec.curve))
+    return [row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()]
+
+
 def merge_range_partitioned(
     task: MergeTask, spec: OutputSpec, *, threads: int, spill_dir: str | None = None
 ) -> list[WrittenFile]:
     """The kernel on a big task in this process: range-partition through local spill files, then sort and
-    write each range (see the module's docstring). Without a key, rows are spread over the ranges in order."""
+    write each range (see the module's docstring)."""
     ranges = range_count(task, spec)
-    source = _input_spec(task, spec)
     bounds = sample_quantile_bounds(_sample_first_key(task, spec, ranges, threads), ranges) if spec.key else []
-    ranges = len(bounds) + 1 if spec.key else ranges
+    router = range_router(task, spec, bounds)
     directory = tempfile.mkdtemp(prefix="recluster-merge-", dir=spill_dir)
     try:
-        spill = _SpillFiles(directory, sorted_schema(spec), ranges)
-        partition_column = CURVE_FIELD.name if spec.curve is not None else spec.key[0] if spec.key else ""
-        offsets = np.cumsum([0, *(block.rows for block in task.files)])
+        spill = _SpillFiles(directory, sorted_schema(spec), router.ranges)
 
         def route(index: int) -> None:
-            position = int(offsets[index])
-            for read in _read_files(source, [index]):
-                batch = with_curve_batch(read, spec)
-                if spec.key:
-                    ids = range_ids(batch.column(partition_column), bounds)
-                else:  # compaction: consecutive rows of the task fill the ranges in turn
-                    rows = np.arange(position, position + batch.num_rows)
-                    ids = np.minimum(rows * ranges // max(task.rows, 1), ranges - 1).astype(np.int32)
-                position += batch.num_rows
-                order = np.argsort(ids, kind="stable")
-                routed = batch.take(pa.array(order))
-                edges = np.concatenate(([0], np.cumsum(np.bincount(ids, minlength=ranges))))
-                for part in np.flatnonzero(np.diff(edges)):
-                    spill.append(int(part), routed.slice(int(edges[part]), int(edges[part + 1] - edges[part])))
+            for part, rows in router.route(index):
+                spill.append(part, rows)
 
         try:
             with ThreadPoolExecutor(threads) as pool:
@@ -202,20 +249,14 @@ def merge_range_partitioned(
         finally:
             spill.close()
 
-        def write_range(path: str) -> list[dict[str, Any]]:
+        def write_spilled(path: str) -> list[dict[str, Any]]:
             with pa.OSFile(path) as source_file:
                 table = pa.ipc.open_stream(source_file).read_all()
             os.remove(path)
-            if table.num_rows == 0:
-                return []
-            if spec.key:
-                table = sort_by_key(table, sort_columns(spec.key, spec.curve))
-            return [
-                row for batch in write_sorted_partition(spec, iter(table.to_batches())) for row in batch.to_pylist()
-            ]
+            return write_range(spec, table)
 
         with ThreadPoolExecutor(threads) as pool:
-            results = [row for rows in pool.map(write_range, spill.paths) for row in rows]
+            results = [row for rows in pool.map(write_spilled, spill.paths) for row in rows]
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return written_files(task, results)
