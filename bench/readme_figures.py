@@ -52,6 +52,7 @@ from bench.summary_figures import (
     watermark,
     watermark_model,
 )
+from bench.upkeep_report import upkeep
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -360,6 +361,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "job-scale": job_scale,
     "big-table": big_table,
     "delta-optimize": delta_optimize,
+    "upkeep": upkeep,
     "pages": pages,
     "compare-anchors": compare_anchors,
     "compare-goals": compare_goals,
