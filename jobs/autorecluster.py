@@ -1,7 +1,8 @@
 """The long-running job: Delta commits stream in, `foreachBatch` keeps tables clustered (DESIGN §7).
 
-Only wiring lives here: the trigger source (the Delta log or Kafka commit events) started as a Structured
-Streaming query whose batches go to the engine's `ReclusterHandler`, and its graceful stop.
+Only wiring lives here: the trigger source (the Delta log, or Kafka commit events read by recluster's Python source
+or by Spark's own) started as a Structured Streaming query whose batches go to the engine's `ReclusterHandler`, and
+its graceful stop.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from recluster.settings import Settings, SettingsError, TableSettings
 from triggers.delta_log import SOURCE_NAME, DeltaLogSource, table_version
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
 from triggers.kafka_commits import KafkaCommitsSource
+from triggers.spark_kafka import commit_events
 
 log = logging.getLogger("recluster.job")
 
@@ -71,34 +73,37 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
     if not tables and settings.stream.source != "kafka":
         raise TableError("no tables to watch: pass --table URI or list tables in the config file")
     stream = settings.stream
+    kafka = settings.kafka
+    if stream.source == "kafka" and kafka.reader == "spark":
+        events = commit_events(spark, kafka)  # the connector missing: one line, before anything starts
     check_checkpoint_location(stream.checkpoint_location)
     handler = ReclusterHandler(settings, tables, spark)
     threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
     threading.Thread(target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True).start()
-    if stream.source == "kafka":
-        kafka = settings.kafka
+    if stream.source == "kafka" and kafka.reader == "python":
         spark.dataSource.register(KafkaCommitsSource)
-        reader = (
+        events = (
             spark.readStream.format(KAFKA_SOURCE_NAME)
             .option("bootstrapServers", kafka.bootstrap_servers)
             .option("topic", kafka.commits_topic)
             .option("startingOffsets", kafka.starting_offsets)
             .option("maxEventsPerBatch", str(kafka.max_events_per_batch))
             .option("clientOptions", json.dumps(dict(kafka.client_options)))
+            .load()
         )
-    else:
+    elif stream.source != "kafka":
         spark.dataSource.register(DeltaLogSource)
-        reader = (
+        events = (
             spark.readStream.format(SOURCE_NAME)
             .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
             .option("startingVersion", json.dumps(starting_versions(tables, settings)))
             .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
             .option("storageOptions", json.dumps(dict(settings.storage_options)))
             .option("tableStorageOptions", json.dumps({normalize_uri(t.uri): t.storage_options for t in tables}))
+            .load()
         )
     query = (
-        reader.load()
-        .writeStream.foreachBatch(handler)
+        events.writeStream.foreachBatch(handler)
         .option("checkpointLocation", stream.checkpoint_location)
         .trigger(processingTime=f"{stream.trigger_interval_seconds} seconds")
         .queryName("recluster")

@@ -280,6 +280,10 @@ class KafkaSettings(_Section):
     """Records kept while the broker is unreachable; the oldest are dropped (and counted) beyond this."""
     client_options: dict[str, str] = Field(default_factory=dict)
     """Extra kafka-python client settings (security_protocol, sasl_mechanism, ...)."""
+    reader: Literal["python", "spark"] = "python"
+    """What reads the commits topic. `python`: recluster's own source (kafka-python, no jars). `spark`: Spark's
+    Kafka source, which needs `spark-sql-kafka-0-10` on the classpath (`spark.conf` `spark.jars.packages` or
+    `spark.jars`); `client_options` are handed to it in the Java client's names (docs/kafka.md)."""
 
 
 def default_state_dir() -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.kafka_broker import Broker, kafka_missing
+from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars
 from tests.referee import Referee, referee_missing
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -67,7 +67,9 @@ def spark() -> Iterator[Any]:
     from recluster.settings import SelfOptimizingSettings, SparkSettings
     from recluster.spark.session import spark_session
 
-    session = spark_session(SparkSettings(master="local[2]", shuffle_partitions=2), SelfOptimizingSettings().groups)
+    jars = ",".join(map(str, spark_kafka_jars()))  # Spark's Kafka source, for the tests of kafka.reader: spark
+    settings = SparkSettings(master="local[2]", shuffle_partitions=2, conf={"spark.jars": jars} if jars else {})
+    session = spark_session(settings, SelfOptimizingSettings().groups)
     yield session
     session.stop()
 

@@ -59,6 +59,15 @@ def parse_event(value: bytes | None) -> tuple[CommitEvent | None, str | None]:
         return None, f"{where}: {first['msg']}"
 
 
+def event_row(value: bytes | None, partition: int, offset: int) -> tuple[Any, ...]:
+    """The row (`SCHEMA`) of one record of the commits topic: the event, or its partition, offset and `error`.
+    Spark's own Kafka source gives its records the same rows (triggers/spark_kafka.py)."""
+    event, error = parse_event(value)
+    if event is None:
+        return (None, None, None, None, partition, offset, error)
+    return (event.table, event.version, event.operation, event.timestamp, partition, offset, None)
+
+
 def consumer(bootstrap_servers: str, client_options: Mapping[str, str]) -> Any:
     """A kafka-python consumer without a group; `client_options` (security, ...) win over these defaults."""
     from kafka import KafkaConsumer
@@ -118,19 +127,7 @@ def read_range(part: OffsetRange) -> Iterator[tuple[Any, ...]]:
                     position = part.end
                     break
                 position = record.offset + 1
-                event, error = parse_event(record.value)
-                if event is None:
-                    yield (None, None, None, None, part.partition, record.offset, error)
-                else:
-                    yield (
-                        event.table,
-                        event.version,
-                        event.operation,
-                        event.timestamp,
-                        part.partition,
-                        record.offset,
-                        None,
-                    )
+                yield event_row(record.value, part.partition, record.offset)
     except BaseException:
         client.close()
         raise

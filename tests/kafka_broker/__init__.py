@@ -28,6 +28,9 @@ from tests.kafka_broker.tls import Certificates, make_certificates
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("RECLUSTER_VENV", ROOT / ".venv"))
 KAFKA_JARS = Path(os.environ.get("RECLUSTER_KAFKA_JARS", VENV / "kafka" / "jars"))
+SPARK_KAFKA_JARS = Path(os.environ.get("RECLUSTER_SPARK_KAFKA_JARS", VENV / "spark-kafka" / "jars"))
+"""Spark's own Kafka source and what it needs (`./dev spark-kafka`, tests/spark_kafka/pom.xml): on the classpath of
+the tests' Spark session when present."""
 COMMITS, METRICS = "commits", "metrics"
 USER, PASSWORD = "recluster", "recluster-secret"
 PR_SET_PDEATHSIG = 1
@@ -48,6 +51,18 @@ def kafka_missing() -> str | None:
         return "no java on PATH: Apache Kafka needs a JRE (17+)"
     if not any(KAFKA_JARS.glob("kafka_2.13-*.jar")):
         return f"no Apache Kafka jars in {KAFKA_JARS} (run ./dev kafka)"
+    return None
+
+
+def spark_kafka_jars() -> list[Path]:
+    """The jars of Spark's Kafka source for the tests' Spark session (`spark.jars`), none when not fetched."""
+    return sorted(SPARK_KAFKA_JARS.glob("*.jar"))
+
+
+def spark_kafka_missing() -> str | None:
+    """Why Spark's Kafka source cannot be tested here, or None."""
+    if not any(SPARK_KAFKA_JARS.glob("spark-sql-kafka-0-10_*.jar")):
+        return f"no spark-sql-kafka jars in {SPARK_KAFKA_JARS} (run ./dev spark-kafka)"
     return None
 
 
