@@ -68,21 +68,15 @@ def reclusters(properties: Mapping[str, str], settings: Settings) -> bool:
         return False
 
 
-def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:
-    """Start the streaming query; returns it with its handler (for status and graceful stops)."""
-    if not tables and settings.stream.source != "kafka":
-        raise TableError("no tables to watch: pass --table URI or list tables in the config file")
-    stream = settings.stream
-    kafka = settings.kafka
+def commit_source(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> Any:
+    """The streaming DataFrame of the job's trigger: the watched tables' Delta logs, or the commit events on Kafka
+    read by recluster's Python source or by Spark's own (`kafka.reader`); nothing is read before the query starts."""
+    stream, kafka = settings.stream, settings.kafka
     if stream.source == "kafka" and kafka.reader == "spark":
-        events = commit_events(spark, kafka)  # the connector missing: one line, before anything starts
-    check_checkpoint_location(stream.checkpoint_location)
-    handler = ReclusterHandler(settings, tables, spark)
-    threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
-    threading.Thread(target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True).start()
-    if stream.source == "kafka" and kafka.reader == "python":
+        return commit_events(spark, kafka)
+    if stream.source == "kafka":
         spark.dataSource.register(KafkaCommitsSource)
-        events = (
+        return (
             spark.readStream.format(KAFKA_SOURCE_NAME)
             .option("bootstrapServers", kafka.bootstrap_servers)
             .option("topic", kafka.commits_topic)
@@ -91,17 +85,28 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
             .option("clientOptions", json.dumps(dict(kafka.client_options)))
             .load()
         )
-    elif stream.source != "kafka":
-        spark.dataSource.register(DeltaLogSource)
-        events = (
-            spark.readStream.format(SOURCE_NAME)
-            .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
-            .option("startingVersion", json.dumps(starting_versions(tables, settings)))
-            .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
-            .option("storageOptions", json.dumps(dict(settings.storage_options)))
-            .option("tableStorageOptions", json.dumps({normalize_uri(t.uri): t.storage_options for t in tables}))
-            .load()
-        )
+    spark.dataSource.register(DeltaLogSource)
+    return (
+        spark.readStream.format(SOURCE_NAME)
+        .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
+        .option("startingVersion", json.dumps(starting_versions(tables, settings)))
+        .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
+        .option("storageOptions", json.dumps(dict(settings.storage_options)))
+        .option("tableStorageOptions", json.dumps({normalize_uri(t.uri): t.storage_options for t in tables}))
+        .load()
+    )
+
+
+def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:
+    """Start the streaming query; returns it with its handler (for status and graceful stops)."""
+    if not tables and settings.stream.source != "kafka":
+        raise TableError("no tables to watch: pass --table URI or list tables in the config file")
+    stream = settings.stream
+    events = commit_source(spark, settings, tables)  # Spark's Kafka source missing: one line, before anything starts
+    check_checkpoint_location(stream.checkpoint_location)
+    handler = ReclusterHandler(settings, tables, spark)
+    threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
+    threading.Thread(target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True).start()
     query = (
         events.writeStream.foreachBatch(handler)
         .option("checkpointLocation", stream.checkpoint_location)
