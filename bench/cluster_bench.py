@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 
 from bench.compare.measurement import row_fingerprint
 from bench.merge_bench import MB, LogBackup, append, live_files, log, publish, quick_cli, random_batch
-from bench.spark_cluster import cluster_config, executor_tree_rss, standalone_cluster
+from bench.spark_cluster import Cluster, cluster_config, executor_tree_rss, standalone_cluster
 
 ROWS_PER_FILE = 1_000_000
 TARGET_ROWS = 2_000_000
@@ -35,14 +35,16 @@ TARGET_ROWS = 2_000_000
 class PeakExecutorMemory:
     """Polls the executors' process trees in a thread; `peaks` maps each executor JVM's pid to its largest RSS."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: Cluster | None = None) -> None:
+        """`cluster`: only its executors (spark-class execs the worker's JVM: its pid is the Popen's)."""
+        self.workers = None if cluster is None else {process.pid for process in cluster.processes[1:]}
         self.peaks: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="executor-memory", daemon=True)
 
     def _poll(self) -> None:
         while not self._stop.wait(0.2):
-            for pid, rss in executor_tree_rss().items():
+            for pid, rss in executor_tree_rss(self.workers).items():
                 self.peaks[pid] = max(rss, self.peaks.get(pid, 0))
 
     def __enter__(self) -> PeakExecutorMemory:
@@ -61,7 +63,7 @@ def final_on_cluster(table: Path, workers: int, work: Path) -> dict[str, Any]:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("RECLUSTER_")}
         environment["XDG_STATE_HOME"] = str(work / "state")
         command = [sys.executable, "-m", "recluster.cli", "run", str(table), "--final", "--config", str(config)]
-        with PeakExecutorMemory() as memory:
+        with PeakExecutorMemory(cluster) as memory:
             started = time.perf_counter()
             done = subprocess.run([*command, "--json"], capture_output=True, text=True, env=environment)
             seconds = time.perf_counter() - started

@@ -62,23 +62,10 @@ def measure(metrics: Json, prefix: str, contains: str = "") -> Json:
     return found
 
 
-def readers(results: Results) -> tuple[str, Json]:
-    """The newest throughput run that timed the pyarrow.fs reader: merge-readers (flat) or merge (nested)."""
-    candidates = []
-    for name in ("merge-readers", "merge"):
-        if results.newest_name(name):
-            file, data = results.get(name)
-            throughput = data.get("throughput", data)
-            if "ratio_pyarrow_reader_to_spark_reader" in throughput:
-                candidates.append((file[len(name) + 1 :], name == "merge-readers", file, throughput))
-    _, _, file, throughput = max(candidates, key=lambda c: c[:2])
-    return file, throughput
-
-
-def reader_pairs(t: Json) -> str:
-    """Per alternating run: pyarrow.fs throughput over Spark's reader (Spark seconds / pyarrow.fs seconds)."""
+def placement_pairs(t: Json) -> str:
+    """Per alternating run: the Spark placement's throughput over the in-process one (seconds over seconds)."""
     return ", ".join(
-        num(s / p) for s, p in zip(t["recluster_seconds"], t["recluster_pyarrow_reader_seconds"], strict=True)
+        num(s / p) for s, p in zip(t["recluster_seconds"], t["recluster_spark_placement_seconds"], strict=True)
     )
 
 
@@ -87,7 +74,6 @@ def performance(results: Results) -> str:
     merge_file, merge = results.get("merge")
     quick_file, quick = results.get("merge-quick")
     stream_file, stream = results.get("stream")
-    readers_file, r = readers(results)
     p, t, w, s = metrics["parameters"], merge["throughput"], merge["write_amplification"], stream["stream"]
     info = measure(metrics, "clustering_info", "int64")
     inc, full = measure(metrics, "apply("), measure(metrics, "full clustering_metrics")
@@ -106,13 +92,13 @@ def performance(results: Results) -> str:
          f"{num(t['raw_mb_per_s'])} MB/s raw Spark `repartitionByRange+sortWithinPartitions+write.parquet`",
          num(t["ratio_recluster_to_raw"]), f">= {goal:g}, {met(t['ratio_recluster_to_raw'] >= goal)} (quick size, "
          f"{q['input_bytes'] / MB:,.0f} MB: {num(q['ratio_recluster_to_raw'])})"],
-        ["merge", "the same merge reading the files with pyarrow.fs in Spark tasks (the jar-free object-store path), "
-         f"best of {len(r['recluster_pyarrow_reader_seconds'])} alternating runs",
-         f"{num(r['recluster_pyarrow_reader_mb_per_s'])} MB/s ({num(min(r['recluster_pyarrow_reader_seconds']))} s)",
-         f"{num(r['recluster_mb_per_s'])} MB/s ({num(min(r['recluster_seconds']))} s) with Spark's Parquet reader",
-         num(r["ratio_pyarrow_reader_to_spark_reader"]), f"reported (pairs {reader_pairs(r)}; quick size, "
-         f"{q['input_bytes'] / MB:,.0f} MB: {num(q['ratio_pyarrow_reader_to_spark_reader'])}, "
-         f"pairs {reader_pairs(q)})"],
+        ["merge", "the same merge in Spark tasks (`merge.placement: spark`, the path a cluster takes) on the same "
+         f"two cores, best of {len(t['recluster_spark_placement_seconds'])} alternating runs",
+         f"{num(t['recluster_spark_placement_mb_per_s'])} MB/s ({num(min(t['recluster_spark_placement_seconds']))} s)",
+         f"{num(t['recluster_mb_per_s'])} MB/s ({num(min(t['recluster_seconds']))} s) in the process",
+         num(t["ratio_spark_placement_to_process"]), f"reported (pairs {placement_pairs(t)}; quick size, "
+         f"{q['input_bytes'] / MB:,.0f} MB: {num(q['ratio_spark_placement_to_process'])}, "
+         f"pairs {placement_pairs(q)})"],
         ["merge", f"write amplification, {w['appends']} appends x {w['rows_per_append']:,} random keys, one round "
          "after each", num(w["write_amplification"]), f"{num(w['full_rewrite_write_amplification'])} (full rewrite "
          "every append)", num(w["ratio_wa_to_full_rewrite"]), ""],
@@ -129,7 +115,7 @@ def performance(results: Results) -> str:
     loads = [d["machine"]["loadavg"][0] for d in (metrics, merge, stream)]
     return (
         table(("benchmark", "measure", "recluster", "baseline", "ratio", "goal"), rows, "llrrrl")
-        + f"\n\nFrom {source(metrics_file, merge_file, readers_file, quick_file, stream_file)}; 1-minute load "
+        + f"\n\nFrom {source(metrics_file, merge_file, quick_file, stream_file)}; 1-minute load "
         f"average at the end of the metrics, merge and stream runs: {span(loads)}."
     )
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +50,23 @@ def alive_workers(master_ui: str) -> int:
 
 
 @contextmanager
-def standalone_cluster(logs: Path, workers: int = 2, memory: str = "1500m", timeout: float = 90) -> Iterator[Cluster]:
-    """Master and `workers` workers (1 core, `memory` each), logs and work dirs under `logs`; stopped on exit."""
-    import pyspark
+def standalone_cluster(
+    logs: Path,
+    workers: int = 2,
+    memory: str = "1500m",
+    timeout: float = 90,
+    spark_home: Path | None = None,
+    python: str = sys.executable,
+) -> Iterator[Cluster]:
+    """Master and `workers` workers (1 core, `memory` each), logs and work dirs under `logs`; stopped on exit.
+    `spark_home` and `python`: another Spark's (the Delta Spark referee's pyspark 4.2), else this interpreter's."""
+    if spark_home is None:
+        import pyspark
 
-    home = Path(pyspark.__file__).parent
-    spark_class = str(home / "bin" / "spark-class")
+        spark_home = Path(pyspark.__file__).parent
+    spark_class = str(spark_home / "bin" / "spark-class")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "AZURE_"))}
-    env.update({"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
+    env.update({"SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": python, "SPARK_LOCAL_IP": "127.0.0.1"})
     port, ui = free_port(), free_port()
     master = f"spark://127.0.0.1:{port}"
     processes: list[subprocess.Popen[bytes]] = []
@@ -91,22 +100,32 @@ def standalone_cluster(logs: Path, workers: int = 2, memory: str = "1500m", time
             process.wait(timeout=30)
 
 
-def cluster_config(cluster: Cluster, directory: Path, target_rows: int) -> Path:
-    """A settings file for the cluster: its master, a driver the executors reach on 127.0.0.1, merges in Spark."""
+CLUSTER_DRIVER_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.executor.memory": "1g",
+}
+"""A driver the executors reach on 127.0.0.1, executors of 1 GB heap."""
+
+
+def cluster_config(cluster: Cluster, directory: Path, target_rows: int, target_file_bytes: int | None = None) -> Path:
+    """A settings file for the cluster: its master, CLUSTER_DRIVER_CONF, merges in Spark."""
     config = directory / "config.yaml"
+    file_bytes = f", target_file_bytes: {target_file_bytes}" if target_file_bytes else ""
     config.write_text(
         "spark:\n"
         f"  master: {cluster.master}\n"
-        "  conf: {spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, spark.executor.memory: 1g}\n"
+        f"  conf: {json.dumps(CLUSTER_DRIVER_CONF)}\n"
         "merge: {placement: spark, in_process_max_bytes: 0}\n"
-        f"clustering: {{target_rows: {target_rows}}}\n"
+        f"clustering: {{target_rows: {target_rows}{file_bytes}}}\n"
     )
     return config
 
 
-def executor_tree_rss() -> dict[int, int]:
-    """Resident bytes of each executor JVM running on this machine plus its descendants (the Python workers), by
-    the JVM's pid, read from /proc."""
+def executor_tree_rss(workers: Collection[int] | None = None) -> dict[int, int]:
+    """Resident bytes of each executor JVM running on this machine (only those started by the worker JVMs of pids
+    `workers`, when given: another cluster may run beside) plus its descendants (the Python workers), by the JVM's
+    pid, read from /proc."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     executors = []
@@ -120,7 +139,8 @@ def executor_tree_rss() -> dict[int, int]:
             pid = int(entry.name)
             children.setdefault(int(fields[1]), []).append(pid)
             rss[pid] = int(fields[21]) * page
-            if EXECUTOR_MAIN.encode() in (entry / "cmdline").read_bytes():
+            ours = workers is None or int(fields[1]) in workers
+            if ours and EXECUTOR_MAIN.encode() in (entry / "cmdline").read_bytes():
                 executors.append(pid)
         except (OSError, ValueError, IndexError):
             continue

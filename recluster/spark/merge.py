@@ -66,7 +66,7 @@ def write_pieces(spec: OutputSpec, pieces: Iterable[Piece]) -> Iterator[dict[str
 def _slices(spark: Any, task: MergeTask) -> int:
     """Routing tasks: at least one per READ_SPLIT_BYTES, a whole number of waves of the cluster's cores (three
     tasks on two cores take two waves), at most one per input file."""
-    cores = max(1, spark.sparkContext.defaultParallelism)
+    cores: int = max(1, spark.sparkContext.defaultParallelism)
     waves = math.ceil(task.bytes / READ_SPLIT_BYTES / cores)
     return min(len(task.files), max(1, waves) * cores)
 

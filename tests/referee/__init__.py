@@ -36,8 +36,17 @@ def referee_missing() -> str | None:
 class Referee:
     """One Delta Spark session for a whole pytest run; requests are serialized."""
 
-    def __init__(self, work: Path, *, defaults: bool = False, driver_memory: str = "1g") -> None:
-        """`defaults`: Spark's and Delta's default settings (benchmarks) instead of the tests' shortcuts."""
+    def __init__(
+        self,
+        work: Path,
+        *,
+        defaults: bool = False,
+        driver_memory: str = "1g",
+        master: str = "local[2]",
+        conf: dict[str, str] | None = None,
+    ) -> None:
+        """`defaults`: Spark's and Delta's default settings (benchmarks) instead of the tests' shortcuts; `master`
+        and `conf`: where it runs (a standalone cluster of the referee's own Spark) and extra Spark settings."""
         self.work = work
         self._lock = threading.Lock()
         self._count = 0
@@ -46,6 +55,7 @@ class Referee:
         }
         environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")
         environment.update(REFEREE_DEFAULTS="1" if defaults else "0", REFEREE_DRIVER_MEMORY=driver_memory)
+        environment.update(REFEREE_MASTER=master, REFEREE_CONF=json.dumps(conf or {}))
         self._log = open(work / "referee.log", "wb")  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             [str(REFEREE_PYTHON), str(Path(__file__).with_name("server.py")), str(REFEREE_JARS)],

@@ -41,7 +41,7 @@ def session(jars_dir: str) -> SparkSession:
     if not jars:
         raise SystemExit(f"no Delta Spark jars in {jars_dir} (run ./dev referee)")
     builder = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(os.environ.get("REFEREE_MASTER", "local[2]"))
         .appName("delta-spark-referee")
         .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
@@ -54,6 +54,8 @@ def session(jars_dir: str) -> SparkSession:
     if os.environ.get("REFEREE_DEFAULTS") != "1":
         for key, value in TEST_SHORTCUTS.items():
             builder = builder.config(key, value)
+    for key, value in json.loads(os.environ.get("REFEREE_CONF", "{}")).items():  # e.g. a cluster's driver host
+        builder = builder.config(key, value)
     return builder.getOrCreate()
 
 
