@@ -29,7 +29,7 @@ import numpy as np
 from deltalake import DeltaTable
 
 from bench.cluster_bench import PeakExecutorMemory
-from bench.compare.measurement import row_fingerprint
+from bench.compare.measurement import batches_fingerprint
 from bench.merge_bench import MB, LogBackup, append, live_files, log, publish, quick_cli, random_batch, ratio_row
 from bench.spark_cluster import CLUSTER_DRIVER_CONF, cluster_config, standalone_cluster
 from tests.referee import REFEREE_PYTHON, Referee, referee_missing
@@ -40,6 +40,11 @@ FULL_SIZES = {"1 GB": 24, "4 GB": 96}
 """Input files of ROWS_PER_FILE rows (about 43 MB each) per table size."""
 QUICK_SIZES = {"130 MB": 3}
 REFEREE_SPARK_HOME = next(REFEREE_PYTHON.parent.parent.glob("lib/python3*/site-packages/pyspark"), Path("-"))
+
+
+def table_fingerprint(table: Path) -> tuple[int, str]:
+    """The table's rows fingerprinted a batch at a time (the 4 GB table would not fit in memory as pandas)."""
+    return batches_fingerprint(DeltaTable(str(table)).to_pyarrow_dataset().to_batches())
 
 
 def recluster_on_cluster(table: Path, work: Path) -> dict[str, Any]:
@@ -83,14 +88,14 @@ def measure_size(label: str, files: int, work: Path) -> dict[str, Any]:
         append(table, random_batch(rng, ROWS_PER_FILE))
     before = live_files(table)
     input_bytes = sum(size for _, size, _ in before)
-    expected = row_fingerprint(DeltaTable(str(table)).to_pyarrow_table())
+    expected = table_fingerprint(table)
     log(f"delta cluster: {label}: {files} files, {input_bytes / MB:.0f} MB")
     backup = LogBackup(table)
     sides: dict[str, Any] = {}
     for name, run in (("recluster", recluster_on_cluster), ("delta_zorder", delta_on_cluster)):
         measured = run(table, work)
         after = live_files(table)
-        assert row_fingerprint(DeltaTable(str(table)).to_pyarrow_table()) == expected, f"{name} changed the rows"
+        assert table_fingerprint(table) == expected, f"{name} changed the rows"
         peaks = sorted(measured.pop("peaks").values(), reverse=True)
         sides[name] = {
             **measured,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bench.delta_cluster_bench import summary_rows as cluster_summary_rows
 from bench.delta_optimize_bench import summary_rows
 from bench.figures import MB, Json, Results, num, source, table
 from bench.merge_bench import summary_records
@@ -199,6 +200,25 @@ def delta_optimize(results: Results) -> str:
     )
     rows = summary_records([row for name, measured in data_sets for row in summary_rows(name, measured)])
     return bench_block("Against Delta Spark's own OPTIMIZE", "delta_optimize_bench", file, details, rows)
+
+
+def delta_cluster(results: Results) -> str:
+    full = results.newest_name("delta-cluster") is not None  # else the quick run's (a smaller table, same method)
+    file, d = results.get("delta-cluster" if full else "delta-cluster-quick")
+    sizes = ", ".join(
+        f"{m['input_bytes'] / MB:,.0f} MB ({m['rows']:,} rows, {m['input_files']} files)" for m in d["sizes"]
+    )
+    details = (
+        f"random int64 keys with payload, {sizes}; each side on a fresh standalone cluster of 2 workers (1 core, "
+        "1.5 GB, executors of 1 GB heap) on this machine's two cores: `recluster run --final` with merges in Spark "
+        "tasks on pyspark 4.3, Delta Spark 4.4's `OPTIMIZE ZORDER BY (k)` on pyspark 4.2 with its default settings; "
+        f"both aim at {d['target_file_bytes'] / MB:,.0f} MB files; cold = driver process start to end, the cluster "
+        "already up; executor memory = the largest executor JVM plus its Python workers"
+        + ("; quick size" if d["quick"] else "")
+    )
+    rows = summary_records([row for measured in d["sizes"] for row in cluster_summary_rows(measured)])
+    title = "On a Spark cluster, against Delta's OPTIMIZE ZORDER BY"
+    return bench_block(title, "delta_cluster_bench", file, details, rows)
 
 
 def pages(results: Results) -> str:
