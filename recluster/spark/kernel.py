@@ -153,7 +153,7 @@ class InputSpec:
 
 
 def read_data_files(spec: InputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: file indexes in, the rows of those files out, read through pyarrow.fs."""
+    """File indexes in, the rows of those files out, read through pyarrow.fs (in the process or a Spark task)."""
     filesystem = table_filesystem(spec.table_root, spec.storage_options)
     for batch in batches:
         for index in batch.column(0).to_pylist():
@@ -274,7 +274,7 @@ def sorted_schema(spec: OutputSpec) -> pa.Schema:
 
 
 def write_sorted_partition(spec: OutputSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: one sorted range partition in, one result row per written file out."""
+    """One sorted range in, one result row per written file out (in the process or a Spark task)."""
     collected = [batch for batch in batches if batch.num_rows]
     if not collected:
         return
