@@ -56,10 +56,13 @@ class PeakExecutorMemory:
         self._thread.join()
 
 
-def final_on_cluster(table: Path, workers: int, work: Path) -> dict[str, Any]:
-    """`recluster run --final` as a subprocess against a fresh cluster of `workers` workers."""
+def run_final_on_cluster(
+    table: Path, work: Path, workers: int, target_rows: int, target_file_bytes: int | None = None
+) -> tuple[float, dict[str, Any], list[int]]:
+    """`recluster run --final --json` as a subprocess (the driver) against a fresh cluster of `workers` workers:
+    its wall seconds, its JSON result and each executor's peak RSS (largest first)."""
     with standalone_cluster(work / f"cluster-{workers}", workers=workers) as cluster:
-        config = cluster_config(cluster, work, target_rows=TARGET_ROWS)
+        config = cluster_config(cluster, work, target_rows=target_rows, target_file_bytes=target_file_bytes)
         environment = {k: v for k, v in os.environ.items() if not k.startswith("RECLUSTER_")}
         environment["XDG_STATE_HOME"] = str(work / "state")
         command = [sys.executable, "-m", "recluster.cli", "run", str(table), "--final", "--config", str(config)]
@@ -69,8 +72,12 @@ def final_on_cluster(table: Path, workers: int, work: Path) -> dict[str, Any]:
             seconds = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"recluster run failed on {workers} worker(s):\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout)
-    peaks = sorted(memory.peaks.values(), reverse=True)
+    return seconds, json.loads(done.stdout), sorted(memory.peaks.values(), reverse=True)
+
+
+def final_on_cluster(table: Path, workers: int, work: Path) -> dict[str, Any]:
+    """`recluster run --final` against a fresh cluster of `workers` workers."""
+    seconds, result, peaks = run_final_on_cluster(table, work, workers, TARGET_ROWS)
     log(f"{workers} worker(s): {seconds:.1f} s, {result['tasks']} tasks, executor peaks {[p // MB for p in peaks]} MB")
     return {
         "workers": workers,

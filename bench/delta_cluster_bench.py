@@ -16,10 +16,6 @@ Writes bench/results/delta-cluster[-quick]-<date>.json.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,10 +24,10 @@ from typing import Any
 import numpy as np
 from deltalake import DeltaTable
 
-from bench.cluster_bench import PeakExecutorMemory
+from bench.cluster_bench import PeakExecutorMemory, run_final_on_cluster
 from bench.compare.measurement import batches_fingerprint
 from bench.merge_bench import MB, LogBackup, append, live_files, log, publish, quick_cli, random_batch, ratio_row
-from bench.spark_cluster import CLUSTER_DRIVER_CONF, cluster_config, standalone_cluster
+from bench.spark_cluster import CLUSTER_DRIVER_CONF, standalone_cluster
 from tests.referee import REFEREE_PYTHON, Referee, referee_missing
 
 ROWS_PER_FILE = 1_000_000
@@ -48,20 +44,9 @@ def table_fingerprint(table: Path) -> tuple[int, str]:
 
 
 def recluster_on_cluster(table: Path, work: Path) -> dict[str, Any]:
-    """`recluster run --final` as a subprocess on a fresh cluster of the product's Spark."""
-    with standalone_cluster(work / "recluster-cluster", workers=2) as cluster:
-        config = cluster_config(cluster, work, target_rows=1_000_000_000, target_file_bytes=TARGET_FILE_BYTES)
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("RECLUSTER_")}
-        environment["XDG_STATE_HOME"] = str(work / "state")
-        command = [sys.executable, "-m", "recluster.cli", "run", str(table), "--final", "--config", str(config)]
-        with PeakExecutorMemory(cluster) as memory:
-            started = time.perf_counter()
-            done = subprocess.run([*command, "--json"], capture_output=True, text=True, env=environment)
-            seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"recluster run failed on the cluster:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout)
-    return {"seconds": seconds, "statement_seconds": float(result["seconds"]), "peaks": memory.peaks}
+    """`recluster run --final` on a fresh 2-worker cluster of the product's Spark."""
+    seconds, result, peaks = run_final_on_cluster(table, work, 2, 1_000_000_000, TARGET_FILE_BYTES)
+    return {"seconds": seconds, "statement_seconds": float(result["seconds"]), "peaks": peaks}
 
 
 def delta_on_cluster(table: Path, work: Path) -> dict[str, Any]:
@@ -78,7 +63,8 @@ def delta_on_cluster(table: Path, work: Path) -> dict[str, Any]:
             ended = time.perf_counter()
         finally:
             referee.stop()
-    return {"seconds": ended - started, "statement_seconds": ended - begun, "peaks": memory.peaks}
+    peaks = sorted(memory.peaks.values(), reverse=True)
+    return {"seconds": ended - started, "statement_seconds": ended - begun, "peaks": peaks}
 
 
 def measure_size(label: str, files: int, work: Path) -> dict[str, Any]:
@@ -96,7 +82,7 @@ def measure_size(label: str, files: int, work: Path) -> dict[str, Any]:
         measured = run(table, work)
         after = live_files(table)
         assert table_fingerprint(table) == expected, f"{name} changed the rows"
-        peaks = sorted(measured.pop("peaks").values(), reverse=True)
+        peaks = measured.pop("peaks")
         sides[name] = {
             **measured,
             "mb_per_s": input_bytes / MB / measured["seconds"],
