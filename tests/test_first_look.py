@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +55,27 @@ def test_info_says_how_many_files_its_depth_leaves_out(tmp_path: Path) -> None:
 
 
 def test_commands_leave_nothing_in_the_temp_dir_or_the_working_directory(tmp_path: Path) -> None:
+    """Every command in a temp dir and working directory of its own, checked empty after it. `watch` runs alongside
+    the others (both start a Spark JVM) on a copy of the table as made, so it has the same unmerged appends to work
+    on; the others run one after another on the table itself."""
     table = tmp_path / "t"
     rng = np.random.default_rng(4)
     for batch in range(4):
         append_random(table, rng, batch, rows=500)
-    work, temp = tmp_path / "work", tmp_path / "temp"
-    work.mkdir()
-    temp.mkdir()
-    environment = {"TMPDIR": str(temp), "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={temp}"}
+    watched = tmp_path / "watched"
+    shutil.copytree(table, watched)
+
+    def run_leaving(command: tuple[str | Path, ...], place: Path) -> list[str]:
+        """What `recluster COMMAND` left in its temp dir and its working directory (it must exit 0)."""
+        work, temp = place / "work", place / "temp"
+        work.mkdir(parents=True)
+        temp.mkdir()
+        environment = {"TMPDIR": str(temp), "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={temp}"}
+        result = run_cli(*command, env=environment, cwd=work)
+        assert result.returncode == 0, (command, result.stderr)
+        return sorted(os.listdir(temp)) + sorted(os.listdir(work))
+
+    watch = ("watch", "--table", str(watched), "--seconds", "5", "--checkpoint", str(tmp_path / "checkpoint"))
     commands = [
         ("info", table),
         ("run", table, "--dry-run"),
@@ -69,13 +84,14 @@ def test_commands_leave_nothing_in_the_temp_dir_or_the_working_directory(tmp_pat
         ("optimize", table, "--type", "minor"),
         ("status", table),
         ("clean", table, "--dry-run"),
-        ("watch", "--table", str(table), "--seconds", "5", "--checkpoint", str(tmp_path / "checkpoint")),
     ]
-    for command in commands:
-        result = run_cli(*command, env=environment, cwd=work)
-        assert result.returncode == 0, (command, result.stderr)
-        left = sorted(os.listdir(temp)) + sorted(os.listdir(work))
-        assert not left, f"recluster {command[0]} left {left}"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        watching = pool.submit(run_leaving, watch, tmp_path / "watch")
+        for index, command in enumerate(commands):
+            left = run_leaving(command, tmp_path / f"command-{index}")
+            assert not left, f"recluster {command[0]} left {left}"
+        left = watching.result()
+        assert not left, f"recluster watch left {left}"
 
 
 def test_a_job_on_300_idle_tables_lists_them_from_the_start_and_sees_an_append_right_after_watching(
