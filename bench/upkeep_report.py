@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.figures import Json, Results, goal_lines, num, source, table, whole
 from bench.merge_bench import ratio_row
+from bench.upkeep_cases import cases
 
 OURS = "recluster"
 BASELINES = (
@@ -133,7 +134,12 @@ def not_run(result: Json) -> list[str]:
         for name, case in result["cases"].items()
         if not result["complete"] and set(case["planned"]) - set(case["strategies"])
     ]
-    return lines + unfinished + [f"- {name}: {why}" for name, why in result.get("not_run", {}).items()]
+    budget = [f"- {name}: {why}" for name, why in result.get("not_run", {}).items()]
+    reached = set(result["cases"]) | set(result.get("not_run", {}))
+    unreached = [
+        f"- {c.name}: not reached (the run was stopped)" for c in cases(result["quick"]) if c.name not in reached
+    ]
+    return lines + unfinished + budget + unreached
 
 
 def sizes(result: Json) -> str:
