@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,11 +31,41 @@ from tests.helpers import append_random, cli_environment, run_cli, stop_watch, w
 pytestmark = pytest.mark.slow
 
 
+def logged_operations(table: Path) -> list[str]:
+    """The operations of the table's commits so far, from its log files (none before it exists)."""
+    commits = sorted(path for path in (table / "_delta_log").glob("*.json") if path.stem.isdigit())
+    lines = [line for path in commits for line in path.read_text().splitlines()]
+    return [json.loads(line)["commitInfo"].get("operation", "") for line in lines if line.startswith('{"commitInfo"')]
+
+
 def test_the_readme_demo_command_counts_its_merges_with_its_default_relative_path(tmp_path: Path) -> None:
     """`./dev demo` runs `recluster demo` with the default `--path recluster-demo`, relative to the working
-    directory: the summary must count the job's merges of that table."""
-    result = run_cli("demo", "--seconds", "25", "--json", cwd=tmp_path, check=True)
-    summary = json.loads(result.stdout)
+    directory: the summary must count the job's merges of that table. Stopped as a user stops it (Ctrl-C) as soon
+    as the table holds a merge of the job and an append of the demo's writer, not after a fixed time."""
+    table = tmp_path / "recluster-demo" / "events"
+    out, err = tmp_path / "demo.out", tmp_path / "demo.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "recluster.cli", "demo", "--seconds", "600", "--json"],
+            stdout=stdout,
+            stderr=stderr,
+            cwd=tmp_path,
+            env=cli_environment(),
+        )
+    try:
+
+        def merged_and_appended() -> bool:  # the writer's first append comes 1 s after Ctrl-C is handled
+            operations = logged_operations(table)
+            return "OPTIMIZE" in operations and operations.count("WRITE") >= 2
+
+        wait_for(merged_and_appended, "a merge of the demo table and an append of its writer", process)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0, err.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    summary = json.loads(out.read_text())
     assert summary["merges"] > 0, summary
     assert summary["bytes_written"] > 0 and summary["bytes_appended"] > 0
     assert (tmp_path / "recluster-demo" / "events" / "_delta_log").is_dir()
