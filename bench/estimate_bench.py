@@ -5,8 +5,9 @@ any amount, a random two-column (a, b) key) is appended 40 and 400 times (quick:
 the history `estimate` learns from. The real run appends the same batches to a second table with a recluster round
 (default settings: the `absorb` policy, in the process) after every append, measuring the bytes written, the
 average depth after every append (time-averaged) and, at the end, the files a point predicate on the first key
-column reads. The initial cost is checked by running a FINAL on the history table. Goals: bytes rewritten within
-±20%, time-averaged depth within ±10%, files read per predicate within ±15%, initial FINAL time within ±30%; and
+column reads. The initial cost is checked by running a FINAL on the history table (the fastest of 3, the table
+restored between). Goals: bytes rewritten within ±20%, time-averaged depth within ±10%, files read per predicate
+within ±15%, initial FINAL time within ±30%; and
 `estimate` under 10 s on a table of 10,000 commits (a log written directly: commits adding files of 1,000 rows of
 hourly timestamps). Writes bench/results/estimate[-quick]-<date>.json.
 """
@@ -26,7 +27,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from bench.compare.workloads import Workload, bounded_time_batch, time_batch, two_column_batch, uniform_batch
-from bench.merge_bench import append, log, publish, quick_cli, ratio_row
+from bench.merge_bench import LogBackup, append, log, publish, quick_cli, ratio_row
 from recluster.core.metrics import clustering_info
 from recluster.core.pruning import column_scan_fractions
 from recluster.engine.api import read_snapshot
@@ -43,6 +44,7 @@ WORKLOADS = (
 SIZES = {40: (2_000, 10_000), 400: (500, 2_500)}
 """Appends: (rows per append, target rows): files of 5 appends."""
 GOALS = {"bytes_rewritten": 0.20, "time_averaged_depth": 0.10, "files_read": 0.15, "initial_seconds": 0.30}
+FINAL_REPEATS = 3
 SPEED_COMMITS = 10_000
 SPEED_GOAL_SECONDS = 10.0
 
@@ -80,12 +82,21 @@ def real_run(path: Path, batches: Sequence[pa.Table], key: Sequence[str], settin
 
 
 def real_final(path: Path, settings: Settings) -> dict[str, Any]:
-    started = time.perf_counter()
-    result = recluster_table(
-        str(path), snapshot_loader(str(path), settings, None), settings=settings, spark_factory=no_spark, final=True
-    )
+    """The FINAL `estimate` prices, run FINAL_REPEATS times on the same table (restored between), the fastest
+    counting: one run of a fraction of a second is mostly this shared machine's noise."""
+    backup = LogBackup(path)
+    times = []
+    for attempt in range(FINAL_REPEATS):
+        if attempt:
+            backup.restore()
+        started = time.perf_counter()
+        result = recluster_table(
+            str(path), snapshot_loader(str(path), settings, None), settings=settings, spark_factory=no_spark, final=True
+        )
+        times.append(time.perf_counter() - started)
     return {
-        "seconds": time.perf_counter() - started,
+        "seconds": min(times),
+        "all_seconds": times,
         "bytes_read": result.totals.bytes_read,
         "files_removed": result.totals.files_removed,
         "rounds": result.rounds,

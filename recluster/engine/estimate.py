@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from recluster.core.blocks import Block, new_run_id
 from recluster.core.errors import TableError
@@ -43,12 +45,27 @@ CALIBRATION_MIN_BYTES = 8 * MB
 """The calibration merges at least this much (or the whole table), and about a target file of rows: smaller
 merges are timed mostly by their fixed costs (a 100 KB sample on a busy machine: 4 MB/s instead of 25)."""
 CALIBRATION_MAX_BYTES = 64 * MB
-CALIBRATION_REPEATS = 2
+CALIBRATION_REPEATS = 3
 """Each merge of the calibration is timed this many times, the fastest counting (others share the machine)."""
 SNAPSHOT_LOADS = 2
 """A FINAL loads the table's snapshot before its first round and after its last (each as long as estimate's), and
 once more on a curve key without range bounds (after storing them)."""
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+
+
+def _repeated(root: str, chosen: list[Block]) -> list[Block]:
+    """`chosen` (copied under `root`) and copies of them until CALIBRATION_MIN_BYTES: a small table's merge lasts
+    tens of milliseconds, which a shared machine's noise swamps (calibrated speeds of 9 to 48 MB/s on alike tables)."""
+    size = sum(b.bytes for b in chosen)
+    copies = math.ceil(CALIBRATION_MIN_BYTES / max(size, 1)) - 1
+    repeated = list(chosen)
+    for copy in range(1, max(copies, 0) + 1):
+        for block in chosen:
+            directory, name = os.path.split(unquote(block.path))
+            path = os.path.join(directory, f"copy{copy}-{name}")
+            shutil.copyfile(os.path.join(root, unquote(block.path)), os.path.join(root, path))
+            repeated.append(dataclasses.replace(block, path=quote(path)))
+    return repeated
 
 
 def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
@@ -81,6 +98,7 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with filesystem.open_input_stream(file_location(snapshot.uri, block.path)) as source:
                 Path(target).write_bytes(source.read())
+        timed = _repeated(root, chosen)
 
         def merge(files: Sequence[Block]) -> tuple[float, int]:
             started = time.perf_counter()
@@ -106,14 +124,16 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
 
         merge(chosen[:1])  # warm-up: the first merge of a process loads what the kernel uses
         one = min(merge(chosen[:1])[0] for _ in range(CALIBRATION_REPEATS))
-        seconds, written = min(merge(chosen) for _ in range(CALIBRATION_REPEATS))
-    read, first = sum(b.bytes for b in chosen), chosen[0].bytes
+        seconds, written = min(merge(timed) for _ in range(CALIBRATION_REPEATS))
+        if len(timed) > len(chosen):  # copies compress better sorted side by side: bytes out from the files alone
+            written = merge(chosen)[1]
+    read, first = sum(b.bytes for b in timed), chosen[0].bytes
     slope = (seconds - one) / (read - first) if read > first and seconds > one else seconds / read
     return Calibration(
         mb_per_second=1 / slope / MB,
         fixed_seconds=max(one - slope * first, 0.0),
-        written_per_read=written / read,
-        files=len(chosen),
+        written_per_read=written / sum(b.bytes for b in chosen),
+        files=len(timed),
         bytes=read,
         seconds=seconds,
     )
