@@ -47,9 +47,10 @@ merges are timed mostly by their fixed costs (a 100 KB sample on a busy machine:
 CALIBRATION_MAX_BYTES = 64 * MB
 CALIBRATION_REPEATS = 3
 """Each merge of the calibration is timed this many times, the fastest counting (others share the machine)."""
-SNAPSHOT_LOADS = 2
-"""A FINAL loads the table's snapshot before its first round and after its last (each as long as estimate's), and
-once more on a curve key without range bounds (after storing them)."""
+LOADS_PER_ROUND = 2
+"""A FINAL loads the table's snapshot before each round and after its last (each as long as estimate's), once more
+on a curve key without range bounds (after storing them), and each round's commit reads the log's newest versions
+and writes one: priced as one more load a round."""
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
@@ -66,6 +67,13 @@ def _repeated(root: str, chosen: list[Block]) -> list[Block]:
             shutil.copyfile(os.path.join(root, unquote(block.path)), os.path.join(root, path))
             repeated.append(dataclasses.replace(block, path=quote(path)))
     return repeated
+
+
+def _load_seconds(uri: str, settings: Settings, cluster_by: Sequence[str] | None) -> float:
+    """One more load of the table's snapshot, warm as a running job's (the first one paid for the imports)."""
+    loading = time.perf_counter()
+    read_snapshot(uri, settings=settings, cluster_by=cluster_by)
+    return time.perf_counter() - loading
 
 
 def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
@@ -190,21 +198,20 @@ def estimate_table(
         for strategy in Strategy
     )
     plan = select_merge_tasks(uri, snapshot.version, snapshot.blocks, bounds, final=True)
-    loading = time.perf_counter()  # a second load, warm as a running job's (the first one paid for the imports)
-    read_snapshot(uri, settings=settings, cluster_by=cluster_by)
-    snapshot_seconds = time.perf_counter() - loading
+    snapshot_seconds = min(_load_seconds(uri, settings, cluster_by) for _ in range(CALIBRATION_REPEATS))
     first_bytes = sum(f.bytes for t in plan.tasks for f in t.files)
     final = run_final(shape, scale, bounds, settings.clustering.max_final_rounds)
     total_bytes = round(first_bytes * final.rows_rewritten / max(final.first_round_rows, 1))
     tasks = max(len(plan.tasks), final.tasks)
     unbounded = snapshot.key.on_curve and snapshot.key.bounds is None  # the FINAL stores bounds, then loads again
-    loads = SNAPSHOT_LOADS + (1 if unbounded and plan.tasks else 0)
+    rounds = max(final.rounds, 1 if plan.tasks else 0)
+    loads = LOADS_PER_ROUND * rounds + 1 + (1 if unbounded and plan.tasks else 0)
     initial = InitialCost(
         files=sum(len(t.files) for t in plan.tasks),
         rows=sum(f.rows for t in plan.tasks for f in t.files),
         first_round_bytes=first_bytes,
         files_written=sum(files_for_rows(sum(f.rows for f in t.files), target_rows) for t in plan.tasks),
-        rounds=max(final.rounds, 1 if plan.tasks else 0),
+        rounds=rounds,
         bytes=total_bytes,
         seconds=loads * snapshot_seconds + tasks * fixed + total_bytes / (speed * MB),
     )
