@@ -25,6 +25,8 @@ every strategy; the summary and goals come from bench.upkeep_report.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import shutil
 import tempfile
 import time
@@ -41,6 +43,7 @@ from bench.compare.measurement import depth, live_sizes, row_fingerprint
 from bench.compare.strategies import Context, recluster_round
 from bench.compare.workloads import SEED
 from bench.curve_bench import PREDICATES, WIDTH, as_numbers
+from bench.figures import RESULTS
 from bench.merge_bench import add_actions, append, log, publish, write_results
 from bench.upkeep_cases import EVERY, STRATEGIES, Case, Strategy, cases
 from bench.upkeep_report import goals, summary_rows
@@ -272,7 +275,7 @@ def run_case(
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def main(quick: bool = False, budget_minutes: float | None = None) -> dict[str, Any]:
+def main(quick: bool = False, budget_minutes: float | None = None, resume: bool = False) -> dict[str, Any]:
     missing = referee_missing()
     if missing:
         raise SystemExit(missing)
@@ -289,6 +292,15 @@ def main(quick: bool = False, budget_minutes: float | None = None) -> dict[str, 
         "not_run": {},
     }
 
+    today = RESULTS / f"{name}-{dt.date.today().isoformat()}.json"
+    if resume and today.exists():  # today's earlier run: its cases stay, the ones it did not run are run now
+        earlier = json.loads(today.read_text(encoding="utf-8"))
+        runs = [
+            *earlier.get("runs", []),
+            {"budget_minutes": earlier["budget_minutes"], "cases": list(earlier["cases"])},
+        ]
+        result.update(cases=earlier["cases"], runs=runs)
+
     def save() -> None:  # after every strategy: a run stopped part-way leaves a consistent file (complete: false)
         result["seconds"] = time.perf_counter() - started
         result["goals"] = goals(result)
@@ -301,6 +313,8 @@ def main(quick: bool = False, budget_minutes: float | None = None) -> dict[str, 
         result["jvm_start_seconds"] = time.perf_counter() - mark
         try:
             for number, case in enumerate(cases(quick)):
+                if case.name in result["cases"]:
+                    continue
                 spent = (time.perf_counter() - started) / 60
                 if budget_minutes is not None and spent > budget_minutes:
                     result["not_run"][case.name] = f"time budget: {spent:.0f} of {budget_minutes:g} minutes spent"
@@ -320,5 +334,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.upkeep_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small appends, a few minutes")
     parser.add_argument("--budget", type=float, help="minutes; cases not started by then are recorded as not run")
+    parser.add_argument("--resume", action="store_true", help="keep the cases of today's results file, run the rest")
     arguments = parser.parse_args()
-    main(quick=arguments.quick, budget_minutes=arguments.budget)
+    main(quick=arguments.quick, budget_minutes=arguments.budget, resume=arguments.resume)

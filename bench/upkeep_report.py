@@ -173,6 +173,12 @@ def upkeep(results: Results) -> str:
         "appended; s / append = maintenance wall seconds / appends, both sides warm"
         + ("; quick sizes" if u["quick"] else "")
     )
+    if u.get("runs"):
+        budgets = [r["budget_minutes"] for r in u["runs"]] + [u["budget_minutes"]]
+        details += (
+            f"; run in {len(budgets)} parts, the later ones with `--resume` (each part's cases not started within its "
+            f"`--budget` of {', '.join(f'{b:g}' for b in budgets)} minutes are listed below)"
+        )
     parts = [
         f"**Incremental upkeep against Delta's OPTIMIZE** (`python -m bench.upkeep_bench`, {source(file)}; {details}):",
         strategy_table(u),
