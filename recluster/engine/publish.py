@@ -233,10 +233,15 @@ class BufferedPublisher:
             )
 
     def _discard_producer(self) -> None:
-        if self._producer is not None:
+        """Drop the producer without waiting for what it still holds (unsent records are back in this publisher's
+        buffer). kafka-python's close() first flushes, which fails while the broker is away, and leaves the producer
+        half-open: its finalizer then raises later, in whatever code runs then. Its sender is stopped first."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
             with contextlib.suppress(Exception):  # closing a producer whose broker is gone may fail too
-                self._producer.close(timeout=0)
-            self._producer = None
+                producer._sender.force_close()
+                producer._sender.join(SEND_TIMEOUT_SECONDS)
+                producer.close(timeout=0)
 
     def close(self) -> None:
         self.flush()
