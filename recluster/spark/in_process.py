@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -130,27 +130,25 @@ def sample_file(spec: OutputSpec, path: str, share: float, seed: int) -> pa.Tabl
     return table.take(pa.array(np.sort(chosen)))
 
 
-def sample_plan(task: MergeTask, ranges: int) -> tuple[float, list[int]]:
-    """The share of rows to sample (about SAMPLE_ROWS_PER_RANGE per range, every file in proportion to its rows)
-    and each file's seed: the same on every placement, so that they place the same bounds."""
-    seeds = np.random.default_rng(len(task.files)).integers(0, 2**31, size=len(task.files))
-    return SAMPLE_ROWS_PER_RANGE * ranges / max(task.rows, 1), [int(seed) for seed in seeds]
+FileSampler = Callable[[int], pa.Table]
 
 
-def quantile_column(pieces: Sequence[pa.Table], spec: OutputSpec) -> pa.ChunkedArray:
-    """The sampled values bounds are placed on: the first key column, or the curve value under a curve key."""
-    sampled = pa.concat_tables(pieces)
-    if spec.curve is not None:
-        return pa.chunked_array([curve_column(sampled, spec.curve)])
-    return sampled.column(0)
-
-
-def _sample_first_key(task: MergeTask, spec: OutputSpec, ranges: int, threads: int) -> pa.ChunkedArray:
-    """A random sample of the first key column (of the curve value under a curve key), read by this process."""
-    share, seeds = sample_plan(task, ranges)
-    with ThreadPoolExecutor(threads) as pool:
-        pieces = list(pool.map(lambda i: sample_file(spec, task.files[i].path, share, seeds[i]), range(len(seeds))))
-    return quantile_column(pieces, spec)
+def range_bounds(
+    task: MergeTask, spec: OutputSpec, map_files: Callable[[FileSampler], Sequence[pa.Table]]
+) -> list[Any]:
+    """The bounds of the task's ranges (none without a key), at quantiles of the first key column (of the curve
+    value under a curve key) in a sample of about SAMPLE_ROWS_PER_RANGE rows per range, every file sampled in
+    proportion to its rows with a seed of its own. `map_files` runs the sampler on every file index (threads in
+    the process, Spark tasks on a cluster): both placements place the same bounds."""
+    if not spec.key:
+        return []
+    ranges = range_count(task, spec)
+    seeds = [int(s) for s in np.random.default_rng(len(task.files)).integers(0, 2**31, size=len(task.files))]
+    share = SAMPLE_ROWS_PER_RANGE * ranges / max(task.rows, 1)
+    paths = [block.path for block in task.files]
+    sampled = pa.concat_tables(map_files(lambda index: sample_file(spec, paths[index], share, seeds[index])))
+    values = pa.chunked_array([curve_column(sampled, spec.curve)]) if spec.curve is not None else sampled.column(0)
+    return sample_quantile_bounds(values, ranges)
 
 
 def with_curve_batch(batch: pa.RecordBatch, spec: OutputSpec) -> pa.RecordBatch:
@@ -232,8 +230,8 @@ def merge_range_partitioned(
 ) -> list[WrittenFile]:
     """The kernel on a big task in this process: range-partition through local spill files, then sort and
     write each range (see the module's docstring)."""
-    ranges = range_count(task, spec)
-    bounds = sample_quantile_bounds(_sample_first_key(task, spec, ranges, threads), ranges) if spec.key else []
+    with ThreadPoolExecutor(threads) as pool:
+        bounds = range_bounds(task, spec, lambda sample: list(pool.map(sample, range(len(task.files)))))
     router = range_router(task, spec, bounds)
     directory = tempfile.mkdtemp(prefix="recluster-merge-", dir=spill_dir)
     try:

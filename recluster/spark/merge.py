@@ -20,18 +20,9 @@ from typing import Any
 import pyarrow as pa
 
 from recluster.core.blocks import WrittenFile
-from recluster.core.curves import sample_quantile_bounds
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.storage import executor_storage_options
-from recluster.spark.in_process import (
-    RangeRouter,
-    quantile_column,
-    range_count,
-    range_router,
-    sample_file,
-    sample_plan,
-    write_range,
-)
+from recluster.spark.in_process import RangeRouter, range_bounds, range_router, write_range
 from recluster.spark.kernel import OutputSpec, written_files
 
 READ_SPLIT_BYTES = 128 << 20
@@ -77,13 +68,7 @@ def execute_task(spark: Any, task: MergeTask, spec: OutputSpec) -> list[WrittenF
     spec = dataclasses.replace(spec, storage_options=executor_storage_options(spec.table_root, spec.storage_options))
     context = spark.sparkContext
     files = context.parallelize(range(len(task.files)), _slices(spark, task))
-    bounds: list[Any] = []
-    if spec.key:
-        ranges = range_count(task, spec)
-        share, seeds = sample_plan(task, ranges)
-        paths = [block.path for block in task.files]
-        pieces = files.map(lambda index: sample_file(spec, paths[index], share, seeds[index])).collect()
-        bounds = sample_quantile_bounds(quantile_column(pieces, spec), ranges)
+    bounds = range_bounds(task, spec, lambda sample: files.map(sample).collect())
     router = range_router(task, spec, bounds)
     shuffled = files.flatMap(lambda index: route_pieces(router, index)).partitionBy(router.ranges, int)
     results = shuffled.mapPartitions(lambda pieces: write_pieces(spec, pieces)).collect()
