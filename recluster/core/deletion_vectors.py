@@ -11,11 +11,15 @@ from __future__ import annotations
 import struct
 import uuid
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import numpy.typing as npt
+
+from recluster.core.errors import TableError
 
 MAGIC = 1681511377
 """First 4 bytes (little endian) of a serialized deletion vector: a RoaringBitmapArray in portable format."""
@@ -209,3 +213,31 @@ def keep_mask(rows: int, deleted: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool
     mask = np.ones(rows, dtype=bool)
     mask[deleted.astype(np.int64)] = False
     return mask
+
+
+def match_deletion_vectors(paths: Sequence[str], vectors: Mapping[str, DeletionVector]) -> dict[int, DeletionVector]:
+    """Each vector (keyed by its file's path as the log holds it) to the position of its file in `paths` (the file
+    list, paths as delta-rs gives them): the same string, else the same path with one side percent-decoded once
+    (a path as logged against the same path as stored). A vector that matches no file, or two, is a TableError,
+    never dropped: its deleted rows would come back in a rewrite, and the row check before a commit counts from the
+    same files, so it could not see them."""
+    exact = {path: at for at, path in enumerate(paths)}
+    forms: dict[str, int | None] | None = None
+    matched: dict[int, DeletionVector] = {}
+    for path, vector in vectors.items():
+        at = exact.get(path)
+        if at is None:
+            if forms is None:
+                forms = {}
+                for position, candidate in enumerate(paths):
+                    for form in {candidate, unquote(candidate)}:
+                        forms[form] = position if forms.get(form, position) == position else None
+            found = {forms.get(form) for form in (path, unquote(path)) if form in forms}
+            at = found.pop() if len(found) == 1 else None
+        if at is None:
+            raise TableError(
+                f"the deletion vector of {path} matches no single live file of the snapshot (its rows could come "
+                "back): the log and the file list disagree"
+            )
+        matched[at] = vector
+    return matched

@@ -1,10 +1,10 @@
-"""Committing a rewrite safely (DESIGN §6): rows out equal the live rows in, the commit is a value
+"""Committing a rewrite safely (docs/guarantees.md): rows out equal the live rows in, the commit is a value
 (`RewriteCommit`), and the one retry loop of log_writer writes it.
 
 Every attempt checks the commits since the last version checked (a removed input, a new deletion vector on one, a
 metadata or protocol change: conflict, nothing committed), then creates the next version only if absent. Another
-writer took that version: check it, try on top of it. A storage error: if the log already holds our task id the
-commit happened, else back off and try again. Attempts and a total deadline bound the loop.
+writer took that version: check it, try on top of it. A commit that carries our task id is ours wherever it is found:
+success, never a conflict. Outputs are deleted only once the log shows no version references them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
+from obstore.exceptions import BaseError
 
 from recluster.core.blocks import Block, WrittenFile
 from recluster.core.errors import TableError
@@ -27,7 +28,9 @@ from recluster.delta.log_writer import CommitFailed, commit_info, commit_next_ve
 from recluster.delta.replay import LogReplayError, replay_log
 from recluster.delta.row_tracking import FEATURE as ROW_TRACKING
 from recluster.delta.row_tracking import assign_row_ids
+from recluster.delta.snapshot import open_table
 from recluster.delta.storage import commit_safety_problem, remove_stored_files
+from recluster.delta.storage_faults import describe_storage_error
 from recluster.settings import CommitSettings
 
 LIQUID_PROVIDER = "liquid"
@@ -143,7 +146,6 @@ def commit_rewrite(
         prepare,
         settings or CommitSettings(),
         task_id=commit.task_id,
-        since=commit.read_version,
     )
 
 
@@ -188,11 +190,32 @@ def commit_task(
     try:
         return CommitOutcome(task, CommitStatus.COMMITTED, commit_rewrite(commit, storage_options, settings), files)
     except CommitConflict as conflict:
-        delete_files(table_uri, [f.path for f in files], storage_options)
-        return CommitOutcome(task, CommitStatus.CONFLICT, None, files, f"concurrent_change: {conflict}")
+        status, reason = CommitStatus.CONFLICT, f"concurrent_change: {conflict}"
     except CommitFailed as error:
-        delete_files(table_uri, [f.path for f in files], storage_options)
-        return CommitOutcome(task, CommitStatus.FAILED, None, files, f"commit_failed: {error}")
+        status, reason = CommitStatus.FAILED, f"commit_failed: {error}"
+    try:
+        landed = own_commit_after(commit, storage_options)
+    except (OSError, BaseError, TableError) as error:  # unknown whether it landed: keep the outputs for `clean`
+        problem = describe_storage_error(error)
+        return CommitOutcome(task, CommitStatus.FAILED, None, files, f"{reason}; outputs kept: {problem}")
+    if landed is not None:
+        return CommitOutcome(task, CommitStatus.COMMITTED, landed, files)
+    delete_files(table_uri, [f.path for f in files], storage_options)
+    return CommitOutcome(task, status, None, files, reason)
+
+
+def own_commit_after(commit: RewriteCommit, storage_options: Mapping[str, str] | None) -> int | None:
+    """The version after the commit's read version that carries its task id, or that references one of its
+    outputs (which only it could have added): there the commit landed after all. None when the log, read whole
+    from the read version on, holds neither; raises when it cannot be read whole (a gap included)."""
+    outputs = {unquote(f.path) for f in commit.added}
+    latest = open_table(commit.table_uri, storage_options).version()
+    for entry in read_commits(commit.table_uri, commit.read_version + 1, latest, storage_options):
+        if entry.is_gap:
+            raise TableError(f"commit {entry.version} is no longer in the log")
+        if entry.task_id == commit.task_id or outputs.intersection(unquote(a["path"]) for a in entry.adds):
+            return entry.version
+    return None
 
 
 def delete_files(table_uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None) -> None:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from recluster.core.block_table import NO_HORIZON, BlockTable
 from recluster.core.blocks import Block, Partition
 from recluster.core.curves import whole_curve
-from recluster.core.deletion_vectors import DeletionVector
+from recluster.core.deletion_vectors import DeletionVector, match_deletion_vectors
 from recluster.core.keys import (
     ClusterKey,
     KeyColumn,
@@ -308,9 +308,7 @@ def blocks_from_actions(
         rows = _numbers(row_column)
         rows[list(footer_rows)] = list(footer_rows.values())
     modified_ms = modified if isinstance(modified, np.ndarray) else arrow_numbers(modified, 0)
-    vectors = deletion_vectors or {}
-    logged = paths.combine_chunks() if vectors else None
-    positions = pc.index_in(pa.array(list(vectors), pa.string()), value_set=logged) if vectors else None
+    vectors = match_deletion_vectors(paths.to_pylist(), deletion_vectors) if deletion_vectors else {}
     return BlockTable(
         paths=paths,
         rows=rows,
@@ -332,11 +330,7 @@ def blocks_from_actions(
         curve_ranges=curve_ranges,
         partition_prefixes=prefix_of if partition_columns and key_list is None else None,
         stats_overrides=overrides,
-        deletion_vectors={
-            int(at): vector
-            for at, vector in zip(positions.to_pylist() if positions else (), vectors.values(), strict=True)
-            if at is not None
-        },
+        deletion_vectors=vectors,
     )
 
 

@@ -19,9 +19,9 @@ LOG_GAP = "LOG_GAP"
 
 PRODUCER = "recluster"
 PRODUCER_KEY = "recluster.producer"
-TASK_ID_KEY = "recluster.taskId"
-"""commitInfo key of a rewrite's task id: a retry after a storage error finds its own earlier commit by it."""
 """commitInfo key our rewrites carry: triggers and the job recognise (and skip) our own commits by it."""
+TASK_ID_KEY = "recluster.taskId"
+"""commitInfo key of a rewrite's task id: a retry finds its own earlier commit by it (idempotent commits)."""
 
 SCHEMA = (
     "table string, version long, timestamp long, operation string, producer string, "
@@ -44,6 +44,8 @@ class CommitEntry:
     removes: tuple[str, ...]
     metadata_changed: bool
     """It carried a metaData or protocol action (or its commits are gone: a gap)."""
+    task_id: str | None = None
+    """The task id of a rewrite of ours (commitInfo `recluster.taskId`); not carried in rows."""
 
     @property
     def is_gap(self) -> bool:
@@ -69,6 +71,7 @@ class CommitEntry:
             adds=tuple(a["add"] for a in actions if "add" in a),
             removes=tuple(a["remove"]["path"] for a in actions if "remove" in a),
             metadata_changed=any("metaData" in a or "protocol" in a for a in actions),
+            task_id=info.get(TASK_ID_KEY),
         )
 
     def row(self) -> tuple[Any, ...]:

@@ -6,7 +6,6 @@ adds reader and writer features.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -16,20 +15,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from deltalake import DeltaTable
+from obstore.exceptions import BaseError
 
-from recluster.core.errors import TableError
+from recluster.core.errors import StorageError, TableError
 from recluster.delta.log import TASK_ID_KEY
 from recluster.delta.replay import LogReplayError, replay_log
 from recluster.delta.snapshot import open_table
 from recluster.delta.storage import normalize_uri, put_if_absent, read_log_actions
+from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
 from recluster.settings import CommitSettings
 
 ENGINE_INFO = "recluster/0.1.0"
 IN_COMMIT_TIMESTAMPS = "delta.enableInCommitTimestamps"
 log = logging.getLogger(__name__)
-
-PERMANENT_ERRNOS = frozenset({errno.EPERM, errno.EACCES, errno.EROFS, errno.ENOTDIR, errno.EISDIR})
-"""Storage errors a retry cannot fix (no permission, read-only): the commit fails at once."""
 
 
 def _now_ms() -> int:
@@ -77,20 +75,20 @@ def write_commit(
     return put_if_absent(normalize_uri(table_uri), f"_delta_log/{version:020d}.json", data, storage_options)
 
 
-def committed_with(
-    table_uri: str, storage_options: Mapping[str, str] | None, metadata: Mapping[str, str], since: int
+def own_commit(
+    table_uri: str, storage_options: Mapping[str, str] | None, task_id: str, first: int, last: int
 ) -> int | None:
-    """The version after `since` whose commitInfo holds all of `metadata`, if any (retry idempotency)."""
-    latest = open_table(table_uri, storage_options)
-    history = latest.history(limit=max(latest.version() - since, 0) + 1)
-    return next(
-        (
-            int(entry["version"])
-            for entry in history
-            if entry.get("version", -1) > since and all(entry.get(k) == v for k, v in metadata.items())
-        ),
-        None,
-    )
+    """The version first..last whose commitInfo carries `task_id`, if any: a commit of ours whose creation was not
+    seen (its response lost, the store reporting "already exists" to the client's own retry)."""
+    for version in range(max(first, 0), last + 1):
+        try:
+            actions = read_log_actions(table_uri, version, storage_options)
+        except FileNotFoundError:
+            continue  # cleaned up behind a checkpoint: older than anything we wrote
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if info.get(TASK_ID_KEY) == task_id:
+            return version
+    return None
 
 
 class CommitFailed(Exception):
@@ -108,17 +106,21 @@ def commit_next_version(
     settings: CommitSettings,
     *,
     task_id: str | None = None,
-    since: int = -1,
 ) -> int:
     """THE retry loop of every commit recluster writes; returns the version created.
 
     Each attempt prepares the actions on top of the latest version and creates the next one only if absent. Another
-    writer took it: prepare again on top of that (the rewrite checks the new commit). A storage error: if the log
-    already holds a commit with our `task_id` after `since` it happened, else back off and try again. Bounded by
-    `settings.max_attempts` and `settings.deadline_seconds`; then CommitFailed.
+    writer took it: prepare again on top of that (the rewrite checks the new commit). A transient storage error: back
+    off and try again; a permanent one: CommitFailed at once. With a `task_id` (carried in the commitInfo) a commit
+    is idempotent: once an attempt may have created a version unseen (an error, or "already exists" that can be our
+    own PUT whose response was lost), every later attempt first looks for our task id from that version on, and
+    finding it is success, never a conflict. Bounded by `settings.max_attempts` and `settings.deadline_seconds`; then
+    CommitFailed. See docs/guarantees.md#idempotent-commits.
     """
     deadline = time.monotonic() + settings.deadline_seconds
     delay, problem = settings.backoff_seconds, "no attempt"
+    unseen: int | None = None
+    """The first version an attempt of ours may have created without seeing it."""
     for attempt in range(1, settings.max_attempts + 1):
         if time.monotonic() > deadline:
             problem = f"deadline of {settings.deadline_seconds:g} s passed"
@@ -126,21 +128,39 @@ def commit_next_version(
         try:
             table = open_table(table_uri, storage_options)
             latest = table.version()
-            if write_commit(table_uri, storage_options, latest + 1, prepare(table, latest)):
-                return latest + 1
-            problem = f"version {latest + 1} was taken by another writer"
-        except (OSError, TableError) as error:
-            if isinstance(error, OSError) and error.errno in PERMANENT_ERRNOS:
-                raise CommitFailed(str(error).splitlines()[0]) from None  # retrying cannot help
+            if task_id is not None and unseen is not None:
+                found = own_commit(table_uri, storage_options, task_id, unseen, latest)
+                if found is not None:
+                    return found
+            actions = prepare(table, latest)
             if task_id is not None:
-                earlier = committed_with(table_uri, storage_options, {TASK_ID_KEY: task_id}, since)
-                if earlier is not None:
-                    return earlier
-            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+                unseen = latest + 1 if unseen is None else unseen
+            if write_commit(table_uri, storage_options, latest + 1, actions):
+                return latest + 1
+            if task_id is not None and own_commit(table_uri, storage_options, task_id, latest + 1, latest + 1):
+                return latest + 1  # "already exists": our own PUT, its response lost
+            problem = f"version {latest + 1} was taken by another writer"
+        except (OSError, BaseError, TableError) as error:
+            fault = error_fault(error)
+            problem = describe_storage_error(error)
+            if fault is None:
+                raise
+            if fault is StorageFault.PERMANENT:
+                raise CommitFailed(problem) from None  # retrying cannot help
             log.warning("commit attempt=%d task=%s error=%s", attempt, task_id, problem)
             time.sleep(min(delay, settings.max_backoff_seconds) * (0.5 + random.random()))
             delay *= 2
     raise CommitFailed(f"{settings.max_attempts} attempts: {problem}")
+
+
+def error_fault(error: BaseException) -> StorageFault | None:
+    """How a commit attempt's error is retried: a storage error by its kind, a table that cannot be opened by the
+    kind of its cause, any other table problem (a log that cannot be replayed) as transient."""
+    if isinstance(error, StorageError):
+        return StorageFault.TRANSIENT if error.transient else StorageFault.PERMANENT
+    if isinstance(error, TableError):
+        return StorageFault.TRANSIENT
+    return storage_fault(error)
 
 
 REQUIRED_METADATA_FIELDS = ("id", "format", "schemaString", "partitionColumns")

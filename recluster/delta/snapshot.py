@@ -22,8 +22,8 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from recluster.core.block_table import release_arrow_memory
 from recluster.core.blocks import Block
 from recluster.core.curves import MAX_CURVE_COLUMNS, Curve, default_curve, parse_curve
-from recluster.core.deletion_vectors import DeletionVector
-from recluster.core.errors import TableError
+from recluster.core.deletion_vectors import DeletionVector, match_deletion_vectors
+from recluster.core.errors import StorageError, TableError
 from recluster.core.keys import (
     ClusterKey,
     key_column,
@@ -32,10 +32,8 @@ from recluster.core.keys import (
 from recluster.delta.column_mapping import stored_name
 from recluster.delta.file_blocks import blocks_from_actions, file_partitions
 from recluster.delta.ranges import load_range_bounds
-from recluster.delta.storage import (
-    describe_storage_error,
-    normalize_uri,
-)
+from recluster.delta.storage import normalize_uri
+from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY
 
 log = logging.getLogger(__name__)
@@ -78,7 +76,8 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
     except TableNotFoundError:
         raise TableError(f"{uri} is not a Delta table (no _delta_log found)") from None
     except (DeltaError, OSError) as error:
-        raise TableError(f"cannot open Delta table {uri}: {describe_storage_error(error)}") from None
+        message = f"cannot open Delta table {uri}: {describe_storage_error(error)}"
+        raise StorageError(message, transient=storage_fault(error) is StorageFault.TRANSIENT) from None
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:
@@ -276,7 +275,12 @@ def load_snapshot(
         wanted = {k: str(v) for k, v in partition.items()}
         codes, partitions = file_partitions(actions, partition_columns)
         chosen = [i for i, p in enumerate(partitions) if all(dict(p).get(k) == v for k, v in wanted.items())]
-        actions = actions.filter(pa.array(np.isin(codes, chosen)))
+        kept = np.isin(codes, chosen)
+        if vectors:  # matched against every live file (an unmatched one is an error), then kept with their files
+            paths = actions.column("path").to_pylist()
+            matched = match_deletion_vectors(paths, vectors)
+            vectors = {paths[at]: vector for at, vector in matched.items() if kept[at]}
+        actions = actions.filter(pa.array(kept))
     blocks = blocks_from_actions(actions, key, partition_columns, location, storage_options, vectors)
     del actions
     release_arrow_memory()  # (the listing's and the blocks' Arrow temporaries are gone by now)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,29 +19,6 @@ import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
 
 from recluster.core.errors import TableError
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-_SERVICE_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
-
-
-_CONNECT_ERRORS = ("Connection refused", "dns error", "tcp connect error", "timed out")
-
-
-def describe_storage_error(error: BaseException) -> str:
-    """One line for an object-store error: the store's own code and message (NoSuchBucket,
-    SignatureDoesNotMatch, AccessDenied ...) or the connection problem, not the first line of a chain of
-    wrapped errors ("Generic S3 error"). Carries no credentials: delta-rs errors never contain them."""
-    text = _ANSI.sub("", str(error))
-    service = _SERVICE_ERROR.search(text)
-    if service:
-        return f"{service.group(2).strip().rstrip('.')} ({service.group(1)})"
-    reason = next((r for r in _CONNECT_ERRORS if r in text), None)
-    if reason:
-        url = re.search(r"https?://[^/\s]+", text)
-        return f"cannot reach the storage endpoint{' ' + url.group(0) if url else ''} ({reason})"
-    return (text.strip().splitlines() or [type(error).__name__])[0]
 
 
 def _option(options: Mapping[str, str], *names: str, environment: bool = False) -> str:
