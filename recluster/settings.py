@@ -310,6 +310,11 @@ class StreamSettings(_Section):
     """Merge tasks one micro-batch runs at most; the rest is pending for the next."""
     max_bytes_per_batch: int = Field(8 * GIB, gt=0)
     """Input bytes one micro-batch merges at most; the rest is pending for the next."""
+    table_retry_seconds: float = Field(10.0, gt=0)
+    """After a table's work fails (its error shown with the table), it is tried again after this long, doubled for
+    each further failure in a row; the other tables go on meanwhile."""
+    table_retry_max_seconds: float = Field(600.0, gt=0)
+    """The longest wait before a failing table is tried again."""
 
 
 class KubernetesSettings(_Section):

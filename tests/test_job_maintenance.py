@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import recluster.engine.handler as handler_module
+import recluster.engine.job_maintenance as job_maintenance
 from recluster.core.optimizing import (
     PartitionHealth,
     ProcessStatus,
@@ -24,7 +25,8 @@ from recluster.core.optimizing import (
     quiet_until,
 )
 from recluster.delta.maintenance import maintain_table
-from recluster.engine.handler import MAINTENANCE_JITTER, ReclusterHandler, maintenance_jitter
+from recluster.engine.handler import ReclusterHandler
+from recluster.engine.job_maintenance import MAINTENANCE_JITTER, maintenance_jitter
 from recluster.settings import SelfOptimizingSettings
 from tests.test_self_optimizing import job_settings, timelike_append
 
@@ -49,7 +51,7 @@ def test_maintenance_never_holds_the_lock_micro_batches_need(tmp_path: Path, mon
         assert release.wait(60)
         return maintain_table(uri, *args, **kwargs)
 
-    monkeypatch.setattr(handler_module, "maintain_table", held)
+    monkeypatch.setattr(job_maintenance, "maintain_table", held)
     tick = threading.Thread(target=handler.tick)
     tick.start()
     try:
@@ -79,8 +81,8 @@ def test_a_pass_stops_at_its_budget_and_the_next_ticks_maintain_the_rest(
             clock[0] += 2.0  # each maintenance "takes" two seconds of the pass's budget
         return maintain_table(uri, *args, **kwargs)
 
-    monkeypatch.setattr(handler_module, "maintain_table", counted)
-    monkeypatch.setattr(handler_module, "MAINTENANCE_PASS_SECONDS", 3.0)
+    monkeypatch.setattr(job_maintenance, "maintain_table", counted)
+    monkeypatch.setattr(job_maintenance, "MAINTENANCE_PASS_SECONDS", 3.0)
     real_monotonic = handler_module.time.monotonic
     monkeypatch.setattr(handler_module.time, "monotonic", lambda: real_monotonic() + clock[0])
     passes = []

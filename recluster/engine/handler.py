@@ -10,7 +10,6 @@ itself. Spark is only a duck-typed batch here: the handler needs no pyspark impo
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
@@ -19,13 +18,11 @@ from dataclasses import replace
 from typing import Any
 
 from recluster.core.blocks import LEVEL_CONSTANT, Partition
-from recluster.core.errors import TableError
-from recluster.core.metrics import ClusteringState
+from recluster.core.errors import ErrorKind, TableError
+from recluster.core.metrics import ClusteringState, clustering_info
 from recluster.core.optimizing import (
     Candidate,
     OptimizingConfig,
-    ProcessRecord,
-    ProcessStatus,
     ProcessType,
     TableHistory,
     optimizing_config,
@@ -38,12 +35,12 @@ from recluster.core.outcomes import CommitOutcome, CommitStatus, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, WatermarkDecision, level_threshold
 from recluster.delta.file_blocks import blocks_from_log_adds
-from recluster.delta.history import compact_small_files, new_process_id
 from recluster.delta.log import PRODUCER, CommitEntry, read_commits
-from recluster.delta.maintenance import maintain_table
 from recluster.delta.snapshot import load_snapshot
 from recluster.delta.storage import normalize_uri, require_safe_commits
 from recluster.engine.api import open_checked_table, selection_bounds
+from recluster.engine.failures import FailureBook, failed_record, failed_status
+from recluster.engine.job_maintenance import JobMaintenance
 from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable
 from recluster.engine.optimizer import history_of, history_store, recluster_plan, run_process
 from recluster.engine.publish import BatchActions, BufferedPublisher, MetricsRecord, metrics_record, with_estimate
@@ -51,19 +48,6 @@ from recluster.engine.rounds import SnapshotLoader
 from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection, table_storage_options
 
 log = logging.getLogger("recluster.job")
-
-MAINTENANCE_PASS_SECONDS = 5.0
-"""Maintenance one tick may start (tables over it wait for the next tick): a thousand tables due at once are
-spread over ticks instead of one long pass."""
-
-MAINTENANCE_JITTER = 0.1
-"""A table's maintenance interval is stretched by up to this share, fixed per table (from its URI)."""
-
-
-def maintenance_jitter(uri: str) -> float:
-    """A stable share in [0, MAINTENANCE_JITTER) per table: the same after a restart."""
-    digest = hashlib.sha1(uri.encode("utf-8")).digest()
-    return MAINTENANCE_JITTER * int.from_bytes(digest[:4], "big") / 2**32
 
 
 class ReclusterHandler:
@@ -89,11 +73,12 @@ class ReclusterHandler:
         self.lock = threading.Lock()
         """Serializes micro-batches and `tick` (they run on different threads)."""
         self.last_tick = 0.0
-        self.history_maintained = 0.0
+        self.maintenance = JobMaintenance(settings, self.history, self.options, self._config, self.stopping)
         self.last_batch_time: float | None = None
         """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
         self.loaded = threading.Event()
         """Set once every configured table was loaded (or its error published) by `load_tables`."""
+        self.failures = FailureBook(settings.stream.table_retry_seconds, settings.stream.table_retry_max_seconds)
 
     def options(self, uri: str) -> dict[str, str]:
         return dict(table_storage_options(self.settings, self.configured.get(uri)))
@@ -106,22 +91,45 @@ class ReclusterHandler:
             for uri in [u for u in self.configured if u not in self.tracked]:
                 if self.stopping.is_set():
                     return
-                try:
-                    tracked = self._track(uri, None)
-                except TableError as error:
-                    self.status.setdefault(uri, TableStatus(uri, -1, (), 1.0, error=str(error)))
-                    log.error("recluster table=%s reason=table_error error=%s", uri, error)
-                    continue
-                with self.lock:
-                    if uri in self.tracked:  # a micro-batch loaded it meanwhile, maybe at a newer version
-                        continue
-                    tracked.pending = True  # commits it holds may not reach a micro-batch as new: plan once
-                    self.tracked[uri] = tracked
-                    config = self._config(tracked)
-                    records = [self._decide(tracked, config, None, "loaded")] if config is not None else []
-                self._publish_records(records)
+                self._take_up(uri)
         finally:
             self.loaded.set()
+
+    def _take_up(self, uri: str) -> None:
+        """Load a table that is not tracked (at the start, or again after it failed) and publish its state."""
+        try:
+            tracked = self._track(uri, None)
+        except Exception as error:  # a failing table never stops the others (docs/operations.md#when-a-table-fails)
+            with self.lock:
+                self._fail(uri, error)
+            return
+        with self.lock:
+            if uri in self.tracked:  # a micro-batch loaded it meanwhile, maybe at a newer version
+                return
+            tracked.pending = True  # commits it holds may not reach a micro-batch as new: plan once
+            self.tracked[uri] = tracked
+            self._recovered(uri)
+            config = self._config(tracked)
+            records = [self._decide(tracked, config, None, "loaded")] if config is not None else []
+        self._publish_records(records)
+
+    def _recovered(self, uri: str) -> None:
+        failure = self.failures.recovered(uri)
+        if failure is not None:
+            log.info("recluster table=%s reason=table_recovered after=%d failures", uri, failure.attempts)
+
+    def _fail(self, uri: str, error: BaseException) -> None:
+        """Keep a table's failure to that table: classified, logged, shown with it, retried after a backoff."""
+        failure = self.failures.failed(uri, error, time.time())
+        log.error("%s", failure, exc_info=error if failure.kind is ErrorKind.UNKNOWN else None)
+        self._publish(failed_status(failure, self.status.get(uri)))
+        tracked = self.tracked.get(uri)
+        if tracked is not None:
+            tracked.pending = True  # its work is tried again once the backoff has passed
+            record = failed_record(failure, tracked.version, tracked.state.info(tracked.key))
+        else:
+            record = failed_record(failure, -1, clustering_info([]))
+        self._publish_records([record])
 
     def _track(self, uri: str, version: int | None) -> TrackedTable:
         """State at `version` (None: latest) from the snapshot; the key comes from config or the table."""
@@ -190,7 +198,10 @@ class ReclusterHandler:
                 finally:
                     self.lock.release()
                 self._publish_records(records)
-            self._maintain_due()  # outside the lock: micro-batches never wait for maintenance
+            for uri in self.failures.due(time.time()):  # tables that failed to load: try again
+                if uri not in self.tracked and not self.stopping.is_set():
+                    self._take_up(uri)
+            self.maintenance.run_due(self.tracked)  # outside the lock: micro-batches never wait for maintenance
             self.flush_history()
 
     def flush_history(self) -> None:
@@ -215,10 +226,14 @@ class ReclusterHandler:
             if uri not in touched and not tracked.pending and now < tracked.quiet_until:
                 continue  # idle: no commit, no work left, no interval trigger due yet (issue 23)
             config = self._config(tracked)
-            if config is None:
+            if config is None or self.failures.waiting(uri, now):
                 continue
             past = history_of(self.history, uri, self.settings, now)
-            kind, reason, plan = self._due(tracked, config, touched.get(uri, False), past, now)
+            try:
+                kind, reason, plan = self._due(tracked, config, touched.get(uri, False), past, now)
+            except Exception as error:
+                self._fail(uri, error)
+                continue
             if kind is None:
                 continue
             due[uri] = (tracked, config, kind, reason, plan)
@@ -233,7 +248,10 @@ class ReclusterHandler:
             if self.stopping.is_set():
                 break
             tracked, config, kind, reason, plan = due[candidate.table]
-            records.append(self._decide(tracked, config, kind, reason, plan))
+            try:
+                records.append(self._decide(tracked, config, kind, reason, plan))
+            except Exception as error:  # tasks that committed before it failed are kept (they are in the log)
+                self._fail(candidate.table, error)
         for candidate in waiting:
             tracked, config, kind, _, _ = due[candidate.table]
             tracked.pending = True
@@ -277,54 +295,6 @@ class ReclusterHandler:
         tracked.quiet_until = quiet_until(health, config, past) if pending.type is None else 0.0
         return pending.type, pending.reason, None
 
-    def _maintain_history(self) -> None:
-        """The history table gets one small file per process: compact it and expire old versions too."""
-        location, options = self.history.location, self.history.storage_options
-        try:
-            removed = compact_small_files(location, options)
-            if removed:
-                maintain_table(location, self.settings.self_optimizing.maintenance, storage_options=options)
-        except (TableError, OSError) as error:
-            log.error("recluster maintain history=%s error=%s", location, error)
-
-    def _maintain_due(self) -> None:
-        """Maintenance of the tracked tables whose last one is older than the maintenance interval (stretched by
-        up to MAINTENANCE_JITTER per table, so tables tracked together fall due apart), for at most
-        MAINTENANCE_PASS_SECONDS per pass: the rest waits for the next tick. Runs outside the micro-batch lock
-        (vacuum, checkpoints and log cleanup are safe next to a rewrite of the same table, as `clean` is)."""
-        maintenance = self.settings.self_optimizing.maintenance
-        if maintenance.interval_seconds <= 0:
-            return
-        now = time.time()
-        deadline = time.monotonic() + MAINTENANCE_PASS_SECONDS
-        for uri, tracked in list(self.tracked.items()):
-            config = self._config(tracked)
-            if self.stopping.is_set() or time.monotonic() > deadline:
-                break
-            if config is None or not config.enabled:
-                continue
-            last = history_of(self.history, uri, self.settings, now).last.get(ProcessType.MAINTENANCE, 0.0)
-            if now - last < maintenance.interval_seconds * (1 + maintenance_jitter(uri)):
-                continue
-            record = ProcessRecord(new_process_id(), uri, ProcessType.MAINTENANCE, config.group, now)
-            self.history.append(record)
-            try:
-                result = maintain_table(uri, maintenance, storage_options=self.options(uri))
-                log.info(
-                    "recluster maintain table=%s vacuumed=%d orphans=%d checkpoint=%s",
-                    uri,
-                    len(result.vacuumed),
-                    len(result.orphans.orphans),
-                    result.checkpoint_version,
-                )
-                self.history.append(record.finished(time.time(), ProcessStatus.SUCCESS, files_in=len(result.vacuumed)))
-            except (TableError, OSError) as error:
-                log.error("recluster maintain table=%s error=%s", uri, error)
-                self.history.append(record.finished(time.time(), ProcessStatus.FAILED, error=str(error)))
-        if now - self.history_maintained >= maintenance.interval_seconds:
-            self.history_maintained = now
-            self._maintain_history()
-
     def _log_commits_for_events(self, events: list[dict[str, Any]]) -> list[CommitEntry]:
         """Kafka events only name (table, version): read the real commits from the Delta log, from the
         state's version up to the newest version announced. Duplicate, late or out-of-order events are
@@ -361,6 +331,7 @@ class ReclusterHandler:
             tracked = self.tracked.get(uri)
             if tracked is None:
                 tracked = self.tracked[uri] = self._initial_state(uri, events[0].version)
+                self._recovered(uri)
             fresh = [e for e in events if e.version > tracked.version]  # older: replayed after a restart
             foreign = [e for e in fresh if e.producer != PRODUCER]
             tracked.bytes_appended += sum(e.bytes_added for e in foreign)
@@ -376,11 +347,9 @@ class ReclusterHandler:
                 tracked.state.apply(added, event.removes)
                 tracked.version = event.version
             return bool(foreign)
-        except TableError as error:
+        except Exception as error:  # reloaded by its next commit, or by `tick` once the backoff has passed
             self.tracked.pop(uri, None)
-            status = TableStatus(uri, events[-1].version, (), 1.0, error=str(error))
-            self._publish(status)
-            log.error("recluster table=%s reason=table_error error=%s", uri, error)
+            self._fail(uri, error)
             return None
 
     def _initial_state(self, uri: str, first_version: int) -> TrackedTable:
@@ -451,6 +420,9 @@ class ReclusterHandler:
             resume = bounds.policy is Policy.ABSORB and batch.tasks > 0
             pending = pending or resume or batch.conflicts > 0 or kind is not ProcessType.RECLUSTER
         tracked.pending = pending
+        if kind is not None:  # its work ran through
+            self._recovered(tracked.uri)
+        failure = self.failures.get(tracked.uri)
         committed = [o.version for o in outcomes if o.status is CommitStatus.COMMITTED and o.version is not None]
         tracked.awaiting_version = max([tracked.awaiting_version, *committed])
         tracked.totals = tracked.totals + batch
@@ -471,6 +443,8 @@ class ReclusterHandler:
             bytes_written=tracked.totals.bytes_written,
             bytes_appended=tracked.bytes_appended,
             pending=pending,
+            error=failure.message if failure else None,
+            error_kind=str(failure.kind) if failure else None,
             policy=bounds.policy,
         )
         self._publish(status)

@@ -44,6 +44,8 @@ class TableStatus:
     bytes_appended: int = 0
     pending: bool = False
     error: str | None = None
+    error_kind: str | None = None
+    """The kind of `error` (recluster.core.errors.ErrorKind: table, data, storage, unknown)."""
     policy: str = Policy.LEVELS
     """The selection policy serving the table (settings, or its `recluster.policy` property)."""
 
@@ -54,7 +56,7 @@ class TableStatus:
             f"levels[blocks/avg/threshold]=({levels}) tasks={self.tasks} conflicts={self.conflicts} "
             f"written={self.bytes_written} appended={self.bytes_appended} pending={self.pending}"
         )
-        return text + (f" error={self.error!r}" if self.error else "")
+        return text + (f" error_kind={self.error_kind} error={self.error!r}" if self.error else "")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready status, as served by the job's /status endpoint."""
@@ -76,6 +78,7 @@ class TableStatus:
             },
             "pending": self.pending,
             "error": self.error,
+            "error_kind": self.error_kind,
         }
 
 

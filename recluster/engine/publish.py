@@ -50,6 +50,13 @@ class BatchActions(OutcomeTotals):
     duration_seconds: float = 0.0
 
 
+class FailureRecord(_Record):
+    kind: str = Field(description="table, data, storage or unknown")
+    error: str
+    attempts: int = Field(description="failures in a row")
+    retry_at: dt.datetime = Field(description="when the table's work is tried again")
+
+
 class TimeLikeRecord(_Record):
     """absorb on a time-like partition (issue 20): what the watermark and the rent-or-buy trigger saw."""
 
@@ -106,6 +113,9 @@ class MetricsRecord(_Record):
         "absorb_ratio, absorb_resume, watermark_absorb, unclustered)",
     )
     errors: list[str] = Field(default_factory=list)
+    failure: FailureRecord | None = Field(
+        None, description="the table's work failed: what kind of error, how many times in a row, when it is retried"
+    )
     deletion_vector_files: int = Field(0, description="live files with a deletion vector")
     deleted_rows: int = Field(0, description="rows their deletion vectors hide (purged by major optimizing)")
     skipped_events: int = Field(0, description="malformed commit events skipped in this batch (Kafka source)")
