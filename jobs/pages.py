@@ -338,11 +338,19 @@ def job_views(handler: Any, only: str | None = None) -> list[TableView]:
             except RuntimeError:  # the batch thread changed the state while we copied it
                 if attempt == 2:
                     raise
-        views.append(table_view(snapshot, handler.settings, handler.history, status.error if status else None))
+        views.append(table_view(snapshot, handler.settings, handler.history, status_error(status)))
     for uri, status in list(handler.status.items()):  # tables the job could not load: their error
-        if uri not in handler.tracked and status.error and (only is None or uri == only):
-            views.append(error_view(uri, status.error))
+        error = status_error(status)
+        if uri not in handler.tracked and error and (only is None or uri == only):
+            views.append(error_view(uri, error))
     return sorted(views, key=lambda view: view.uri)
+
+
+def status_error(status: Any) -> str | None:
+    """A table's error as the pages show it, led by its kind (table, data, storage, unknown)."""
+    if status is None or not status.error:
+        return None
+    return f"{status.error_kind}: {status.error}" if status.error_kind else str(status.error)
 
 
 def error_view(uri: str, error: str) -> TableView:
