@@ -35,7 +35,8 @@ CLUSTER_BY_PROPERTY = "recluster.clusterBy"
 CURVE_PROPERTY = "recluster.curve"
 """Table property holding the curve of a multi-column key (`hilbert`, `zorder`, `linear`): `CLUSTER BY ... USING`."""
 RANGES_PROPERTY = "recluster.curveRanges"
-"""Table property naming the range bounds of a curve key: `_recluster/ranges-<id>.json` in the table's directory."""
+"""Table property in which recluster before issue 41 named a curve key's range bounds (`_recluster/ranges-<id>.json`);
+read until new bounds are sampled, never written: bounds are named under `_recluster/` (delta/ranges.py)."""
 POLICY_PROPERTY = "recluster.policy"
 """Table property choosing the selection policy of one table (`levels` or `absorb`)."""
 

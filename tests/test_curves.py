@@ -149,7 +149,10 @@ def test_final_on_a_curve_prunes_every_column_and_keeps_the_rows(tmp_path: Path,
     assert scan_linear["day"] > 0.8
     # Hilbert: each column about 1/sqrt(files); Z-order jumps between quadrants and pays for it
     assert max(scans.values()) <= (1.3 if curve == "hilbert" else 2.0) / len(files) ** 0.5
-    bounds_id = DeltaTable(str(path)).metadata().configuration[RANGES_PROPERTY]
+    assert RANGES_PROPERTY not in DeltaTable(str(path)).metadata().configuration  # no metaData commit of ours
+    (pointer,) = (path / "_recluster").glob("current-ranges-*-0000000001.json")
+    bounds_id = json.loads(pointer.read_text())["ranges"]
+    assert read_snapshot(str(path), settings=Settings()).key.bounds.id == bounds_id  # type: ignore[union-attr]
     stored = json.loads((path / "_recluster" / f"ranges-{bounds_id}.json").read_text())
     assert stored["columns"] == ["b", "day"] and 500 < len(stored["bounds"][0]) < 1000
     info = main_json(capsys, "info", str(path))
@@ -164,7 +167,8 @@ def test_incremental_rounds_put_appends_on_the_curve(tmp_path: Path, capsys: Any
     random_pairs(path, appends=4)
     set_table_properties(path, {CLUSTER_BY_PROPERTY: "a,b"})
     main_json(capsys, "run", str(path), "--final", *SMALL_FILES)
-    bounds_before = DeltaTable(str(path)).metadata().configuration[RANGES_PROPERTY]
+    bounds_before = read_snapshot(str(path), settings=Settings()).key.bounds
+    assert bounds_before is not None
     random_pairs(path, appends=3, rows=2_000, seed=8)
     expected = DeltaTable(str(path)).to_pyarrow_table()
     settings = Settings(clustering={"target_rows": 3000})  # type: ignore[arg-type]
@@ -175,7 +179,8 @@ def test_incremental_rounds_put_appends_on_the_curve(tmp_path: Path, capsys: Any
     after = read_snapshot(str(path), settings=settings)
     assert not [b for b in after.blocks if b.curve_range == whole]
     assert all(b.key_fingerprint == after.key.fingerprint for b in after.blocks)
-    assert after.properties[RANGES_PROPERTY] == bounds_before  # the bounds are kept
+    assert after.key.bounds == bounds_before  # the bounds are kept
+    assert len(list((path / "_recluster").glob("current-ranges-*.json"))) == 1
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(expected)
 
 

@@ -126,27 +126,31 @@ def test_unwritable_checkpoint_is_a_clear_error(tmp_path, spark):
 
 
 def test_job_puts_appends_on_a_hilbert_curve(tmp_path, spark):
-    """A two-column key is a Hilbert curve by default: the job's first merge samples the range bounds (a metadata
-    commit the job then reloads the table for), every later append is merged onto the same curve."""
+    """A two-column key is a Hilbert curve by default: the job's first merge samples the range bounds (stored under
+    `_recluster/`, no metaData commit: the job reloads its state when our commit comes back on the new curve), every
+    later append is merged onto the same curve."""
     from recluster.core.blocks import parse_data_file_name
     from recluster.delta.log_writer import set_table_properties
-    from recluster.settings import CLUSTER_BY_PROPERTY, RANGES_PROPERTY
+    from recluster.settings import CLUSTER_BY_PROPERTY
+    from tests.test_curve_ranges import log_actions_after
 
     table = tmp_path / "events"
     rng = np.random.default_rng(12)
     appended = [append_random(table, rng, 0)]
-    set_table_properties(table, {CLUSTER_BY_PROPERTY: "k,batch"})
+    users = set_table_properties(table, {CLUSTER_BY_PROPERTY: "k,batch"})
     settings = settings_for(tmp_path / "checkpoint", [str(table)])
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 12):
             appended.append(append_random(table, rng, batch))
             query.processAllAvailable()
         status = handler.status[str(table)]
+        tracked_key = handler.tracked[str(table)].key
     assert status.error is None and status.failures == 0
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
     snapshot = read_snapshot(str(table), settings=settings)
     assert snapshot.key.bounds is not None
-    assert snapshot.properties[RANGES_PROPERTY] == snapshot.key.bounds.id
+    assert tracked_key == snapshot.key  # the job's state moved onto the bounds its first merge sampled
+    assert not [a for a in log_actions_after(table, users) if "metaData" in a or "protocol" in a]
     ours = [b for b in snapshot.blocks if parse_data_file_name(b.path)]
     assert ours and all(b.curve_range is not None for b in ours)
     assert sum(b.key_fingerprint is None for b in snapshot.blocks) <= 3  # a few appends not absorbed yet

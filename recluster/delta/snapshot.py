@@ -31,7 +31,7 @@ from recluster.core.keys import (
 )
 from recluster.delta.column_mapping import stored_name
 from recluster.delta.file_blocks import blocks_from_actions, file_partitions
-from recluster.delta.ranges import load_range_bounds
+from recluster.delta.ranges import current_range_bounds
 from recluster.delta.storage import normalize_uri
 from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY
@@ -174,15 +174,13 @@ def resolve_cluster_key(
 def with_bounds(
     key: ClusterKey, properties: Mapping[str, str], uri: str, storage_options: Mapping[str, str] | None
 ) -> ClusterKey:
-    """A curve key with the range bounds the table property `recluster.curveRanges` names (None when it names
-    none, or bounds of other columns: the first merge samples new ones)."""
+    """A curve key with its columns' current range bounds (`ranges.current_range_bounds`: the newest pointer under
+    `_recluster/`, else those the legacy table property `recluster.curveRanges` names); None when there are none
+    yet: the first merge samples them."""
     if not key.on_curve:
         return key
-    bounds_id = properties.get(RANGES_PROPERTY)
-    if not bounds_id:
-        return dataclasses.replace(key, bounds=None)
-    bounds = load_range_bounds(uri, storage_options or {}, bounds_id)
-    return dataclasses.replace(key, bounds=bounds if bounds.columns == key.names else None)
+    current = current_range_bounds(uri, storage_options or {}, key.names, properties.get(RANGES_PROPERTY))
+    return dataclasses.replace(key, bounds=current.bounds)
 
 
 def _has_variant(schema_node: Any) -> bool:

@@ -36,6 +36,7 @@ from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan, WatermarkDecision, level_threshold
 from recluster.delta.file_blocks import blocks_from_log_adds
 from recluster.delta.log import PRODUCER, CommitEntry, read_commits
+from recluster.delta.ranges import on_other_curve
 from recluster.delta.snapshot import load_snapshot
 from recluster.delta.storage import normalize_uri, require_safe_commits
 from recluster.engine.api import open_checked_table, selection_bounds
@@ -336,7 +337,8 @@ class ReclusterHandler:
             foreign = [e for e in fresh if e.producer != PRODUCER]
             tracked.bytes_appended += sum(e.bytes_added for e in foreign)
             for event in fresh:
-                if event.is_gap or event.metadata_changed or event.version != tracked.version + 1:
+                changed = event.metadata_changed or on_other_curve(event, tracked.key)  # new bounds: no metaData
+                if event.is_gap or changed or event.version != tracked.version + 1:
                     if event.is_gap:
                         log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, event.version)
                     totals, appended = tracked.totals, tracked.bytes_appended
