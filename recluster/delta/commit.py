@@ -9,7 +9,6 @@ success, never a conflict. Outputs are deleted only once the log shows no versio
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from recluster.core.blocks import Block, WrittenFile
 from recluster.core.errors import TableError
 from recluster.core.outcomes import CommitOutcome, CommitStatus
 from recluster.core.selection.plan import MergeTask
+from recluster.delta.file_stats import stats_text
 from recluster.delta.log import PRODUCER, PRODUCER_KEY, TASK_ID_KEY, read_commits
 from recluster.delta.log_writer import CommitFailed, commit_info, commit_next_version
 from recluster.delta.replay import LogReplayError, replay_log
@@ -66,7 +66,7 @@ class RewriteCommit:
                     "size": f.bytes,
                     "modificationTime": now,
                     "dataChange": False,
-                    "stats": json.dumps(f.stats, default=str),
+                    "stats": stats_text(f.stats),
                 }
                 | ({"clusteringProvider": self.clustering_provider} if self.clustering_provider else {})
             }

@@ -9,8 +9,7 @@ Inputs are read with their deletion vectors applied (`read_data_files`).
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import functools
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,7 +25,6 @@ import pyarrow.parquet as pq
 
 from recluster.core.blocks import LEVEL_CONSTANT, WrittenFile, data_file_name
 from recluster.core.deletion_vectors import DeletionVector, DeletionVectorError, keep_mask
-from recluster.core.keys import DELTA_STRING_STATS_PREFIX
 from recluster.core.segments import file_segments, files_for_rows
 from recluster.core.selection.plan import MergeTask, UpperRun
 from recluster.delta.column_mapping import (
@@ -37,82 +35,12 @@ from recluster.delta.column_mapping import (
     stored_stats,
     stored_table,
 )
+from recluster.delta.file_stats import delta_stats, parse_stats, stats_columns, stats_text
 from recluster.delta.replay import read_deleted_positions
 from recluster.delta.row_tracking import RowTracking, with_row_tracking
 from recluster.delta.storage import file_location, table_filesystem
 from recluster.settings import ParquetSettings
 from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, with_curve_column
-
-STRING_TIE_BREAKER = "\U0010ffff"
-"""Appended to a truncated string max stat: above any suffix the real value may have."""
-
-
-DEFAULT_INDEXED_COLUMNS = 32
-
-
-def stats_columns(schema: pa.Schema, properties: Mapping[str, str]) -> list[str]:
-    """Columns that get min/max/nullCount, honouring the Delta data-skipping properties."""
-    explicit = properties.get("delta.dataSkippingStatsColumns")
-    if explicit:
-        wanted = [c.strip().strip("`") for c in explicit.split(",") if c.strip()]
-        return [c for c in wanted if c in schema.names]
-    count = int(properties.get("delta.dataSkippingNumIndexedCols", DEFAULT_INDEXED_COLUMNS))
-    names = list(schema.names)
-    return names if count < 0 else names[:count]
-
-
-def _stat_value(value: Any, arrow_type: pa.DataType, upper: bool, truncate: bool = True) -> Any:
-    """A min (upper=False) or max (upper=True) in Delta's JSON form; None when it cannot be written.
-
-    Strings and timestamps are truncated like Delta's (32 characters, milliseconds) except for key columns
-    (truncate=False): files cut between keys that share a prefix or a millisecond would otherwise get
-    overlapping ranges, and every later round would rewrite them again."""
-    if value is None:
-        return None
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dt.datetime):
-        micros = value.microsecond % 1000 if truncate else 0
-        if upper and micros:  # round a max up to whole milliseconds: never below the real max
-            value = value + dt.timedelta(microseconds=1000 - micros)
-        else:
-            value = value - dt.timedelta(microseconds=micros)
-        text = value.strftime("%Y-%m-%dT%H:%M:%S.%f")[: -3 if truncate else None]
-        return text + "Z" if arrow_type.tz is not None else text
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, str):
-        if not truncate or len(value) <= DELTA_STRING_STATS_PREFIX:
-            return value
-        return value[:DELTA_STRING_STATS_PREFIX] + STRING_TIE_BREAKER if upper else value[:DELTA_STRING_STATS_PREFIX]
-    if isinstance(value, bytes):
-        return None  # Delta collects no stats for binary columns
-    if isinstance(value, bool | int):
-        return value
-    return float(value)  # decimals
-
-
-def delta_stats(table: pa.Table, columns: Sequence[str], key: Sequence[str] = ()) -> dict[str, Any]:
-    """numRecords, minValues, maxValues and nullCount of one output file (exact strings for `key`)."""
-    minimums: dict[str, Any] = {}
-    maximums: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for name in columns:
-        column = table.column(name)
-        if pa.types.is_nested(column.type):
-            continue
-        nulls[name] = column.null_count
-        if column.null_count == len(column) or pa.types.is_binary(column.type):
-            continue
-        if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
-            continue  # NaN has no JSON form and sorts above +inf: leave the range open
-        extremes = pc.min_max(column)
-        exact = name in key
-        low = _stat_value(extremes["min"].as_py(), column.type, upper=False, truncate=not exact)
-        high = _stat_value(extremes["max"].as_py(), column.type, upper=True, truncate=not exact)
-        if low is not None and high is not None:
-            minimums[name], maximums[name] = low, high
-    return {"numRecords": table.num_rows, "minValues": minimums, "maxValues": maximums, "nullCount": nulls}
 
 
 def key_run_starts(table: pa.Table, key: Sequence[str]) -> npt.NDArray[np.int64]:
@@ -261,11 +189,51 @@ def write_output_file(spec: OutputSpec, filesystem: Any, piece: pa.Table, level:
             compression=spec.parquet.codec,
             compression_level=spec.parquet.level,
             row_group_size=spec.parquet.row_group_rows,
-            use_dictionary=spec.parquet.dictionary,
-            write_statistics=True,
+            **float_column_options(piece, spec.parquet.dictionary),
         )
         size = sink.tell()
-    return {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": json.dumps(stats), "level": level}
+    return {"path": relative, "rows": piece.num_rows, "bytes": size, "stats": stats_text(stats), "level": level}
+
+
+def float_column_options(piece: pa.Table, dictionary: bool) -> dict[str, Any]:
+    """`write_statistics` and `use_dictionary` for one output file: every column has statistics and (when
+    `dictionary`) a dictionary, except a floating-point column of this file that holds NaN or a zero, which
+    readers' row-group filters would otherwise drop rows of (docs/guarantees.md, "Statistics"):
+    - NaN: Arrow leaves NaN out of min/max, so a row group of NaN and values up to 5 says max 5, and parquet-mr
+      (Spark's Parquet reader) and DataFusion skip it for `f >= double('inf')` or `f = double('NaN')`, which NaN
+      satisfies in their order (NaN above +inf, equal to itself). No min/max: nothing to skip it by.
+    - zeros: parquet-mr's dictionary filter looks the predicate's value up among boxed Doubles, where -0.0 and 0.0
+      differ, and skips a row group whose dictionary holds -0.0 for `f = 0.0` or `f >= 0.0`, though Spark holds
+      -0.0 = 0.0 (and the other way round). Plain encoding: no dictionary to look up.
+    A column without NaN or zeros keeps both: its min/max and dictionary are exact."""
+    no_statistics, no_dictionary = set(), set()
+    for path, column in float_columns(piece):
+        if pc.any(pc.is_nan(column)).as_py():
+            no_statistics.add(path)
+        if pc.any(pc.equal(column, 0.0)).as_py():
+            no_dictionary.add(path)
+    paths = parquet_paths(piece.schema) if no_statistics or no_dictionary else ()
+    return {
+        "write_statistics": [p for p in paths if p not in no_statistics] if no_statistics else True,
+        "use_dictionary": dictionary and ([p for p in paths if p not in no_dictionary] if no_dictionary else True),
+    }
+
+
+def float_columns(table: pa.Table) -> list[tuple[str, pa.ChunkedArray]]:
+    """The floating-point columns and struct fields (those readers push predicates down to) by Parquet path."""
+    while any(pa.types.is_struct(f.type) for f in table.schema):
+        table = table.flatten()  # a struct's fields become columns named `struct.field`
+    named = zip(table.column_names, table.columns, strict=True)
+    return [(name, column) for name, column in named if pa.types.is_floating(column.type)]
+
+
+@functools.lru_cache(maxsize=64)
+def parquet_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The leaf column paths pyarrow writes `schema` as (`s.x`, `l.list.element`): what per-column options name."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    metadata = pq.read_metadata(pa.BufferReader(sink.getvalue()))
+    return tuple(metadata.schema.column(i).path for i in range(metadata.num_columns))
 
 
 def sorted_schema(spec: OutputSpec) -> pa.Schema:
@@ -374,7 +342,7 @@ def written_files(task: MergeTask, rows: Iterable[Mapping[str, Any]]) -> list[Wr
             rows=row["rows"],
             bytes=row["bytes"],
             partition=task.partition,
-            stats=json.loads(row["stats"]),
+            stats=parse_stats(row["stats"]),
             level=row["level"],
         )
         for row in rows
