@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from recluster.core.errors import TableError
@@ -20,7 +21,7 @@ from recluster.delta.storage import normalize_uri, require_writable
 from recluster.engine.estimate import record_estimate
 from recluster.engine.handler import ReclusterHandler
 from recluster.settings import Settings, SettingsError, TableSettings
-from triggers.delta_log import SOURCE_NAME, DeltaLogSource, table_version
+from triggers.delta_log import SOURCE_NAME, DeltaLogSource, table_version, with_storage_retries
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
 from triggers.kafka_commits import KafkaCommitsSource
 from triggers.spark_kafka import commit_events
@@ -41,7 +42,8 @@ def starting_versions(tables: Sequence[TableSettings], settings: Settings) -> di
     pinned: dict[str, str | int] = {}
     for table in tables:
         uri = normalize_uri(table.uri)
-        current = table_version(uri, {**settings.storage_options, **table.storage_options})
+        options = {**settings.storage_options, **table.storage_options}
+        current = with_storage_retries(uri, "version", partial(table_version, uri, options))
         pinned[uri] = current if starting == "latest" and current is not None else starting
     return pinned
 

@@ -7,6 +7,13 @@ one HEAD plus one GET of `_last_checkpoint`. A table that does not exist yet is 
 log cleaned up past the offset (only possible behind a checkpoint newer than the offset) yields one LOG_GAP
 row so the job reloads that table's state from its latest snapshot, with a warning.
 
+A transient storage error (a 5xx answer, a reset connection, a timeout: `storage_fault`) never stops the query,
+the way the Kafka source waits out a broker outage: while probing for new versions, that table simply has no new
+commits until its backoff (doubling from `RETRY_FIRST_SECONDS` to `RETRY_MAX_SECONDS`) has passed, the other tables
+are probed as usual; reading a commit file (on an executor) or the table's version at the start is retried in place
+with the same backoff for up to `RETRY_DEADLINE_SECONDS`. A permanent one (credentials, permissions) still fails the
+query. See docs/streaming.md#storage-errors.
+
 Register with `spark.dataSource.register(DeltaLogSource)`; read with
 `spark.readStream.format("recluster-delta-log").option("tables", json.dumps([uri, ...])).load()`; storage
 options with `.option("storageOptions", json.dumps({...}))` for every table and
@@ -17,20 +24,56 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from recluster.delta.log import SCHEMA, read_commits
+from recluster.delta.log import SCHEMA, CommitEntry, read_commits
 from recluster.delta.storage import commit_file_exists, last_checkpoint_version, normalize_uri
+from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
+from recluster.engine.failures import FailureBook
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "recluster-delta-log"
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+RETRY_DEADLINE_SECONDS = 300.0
+"""A read retried in place (a commit file on an executor, the version at the start) gives up after this long."""
+T = TypeVar("T")
+
+
+def transient(error: BaseException) -> bool:
+    return storage_fault(error) is StorageFault.TRANSIENT
+
+
+def with_storage_retries(table: str, what: str, call: Callable[[], T]) -> T:
+    """`call()`, retried with jittered doubling backoff while it fails with a transient storage error, for up to
+    `RETRY_DEADLINE_SECONDS`; any other error, or the deadline passed, is raised."""
+    deadline = time.monotonic() + RETRY_DEADLINE_SECONDS
+    delay = RETRY_FIRST_SECONDS
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            if not transient(error) or time.monotonic() > deadline:
+                raise
+            log.warning(
+                "delta-log source: table=%s reason=storage_error retrying=%s in=%.1fs error=%s",
+                table,
+                what,
+                delay,
+                describe_storage_error(error),
+            )
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(2 * delay, RETRY_MAX_SECONDS)
 
 
 def newest_version(table_uri: str, after: int, limit: int, options: Mapping[str, str]) -> int:
@@ -51,13 +94,14 @@ def newest_version(table_uri: str, after: int, limit: int, options: Mapping[str,
 
 
 def table_version(table_uri: str, options: Mapping[str, str]) -> int | None:
-    """The table's current version (via delta-rs: copes with checkpoints), or None if it does not exist."""
+    """The table's current version (via delta-rs: copes with checkpoints), or None if it does not exist. A storage
+    error is raised: a table the store failed to answer for is not a missing table."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
         return int(DeltaTable(table_uri, storage_options=dict(options)).version())
-    except (TableNotFoundError, OSError):
+    except (TableNotFoundError, FileNotFoundError):
         return None
 
 
@@ -72,9 +116,15 @@ class CommitRange(InputPartition):
 
 
 def commit_rows(part: CommitRange) -> Iterator[tuple[Any, ...]]:
-    """Rows (`recluster.delta.log.SCHEMA`) for the commits of one range: stateless, runs on executors."""
-    for entry in read_commits(part.table, part.first, part.last, dict(part.options)):
-        yield entry.row()
+    """Rows (`recluster.delta.log.SCHEMA`) for the commits of one range: stateless, runs on executors. Each commit
+    file is read with storage retries: a transient error is never taken for a commit cleaned from the log."""
+    options = dict(part.options)
+    for version in range(part.first, part.last + 1):
+
+        def read(version: int = version) -> CommitEntry:
+            return next(read_commits(part.table, version, version, options))
+
+        yield with_storage_retries(part.table, f"commit {version}", read).row()
 
 
 class DeltaLogStreamReader(DataSourceStreamReader):
@@ -92,6 +142,8 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         common: dict[str, str] = json.loads(options.get("storageOptions", "{}"))
         per_table: dict[str, dict[str, str]] = json.loads(options.get("tableStorageOptions", "{}"))
         self.storage_options = {table: {**common, **per_table.get(table, {})} for table in self.tables}
+        self.backoff = FailureBook(RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS)
+        """Tables whose log the store failed to answer for, each probed again once its backoff has passed."""
 
     def initialOffset(self) -> dict[str, Any]:
         versions = {}
@@ -100,7 +152,8 @@ class DeltaLogStreamReader(DataSourceStreamReader):
             if isinstance(starting, int):  # pinned when the job started
                 versions[table] = starting
                 continue
-            current = table_version(table, self.storage_options[table])
+            options = self.storage_options[table]
+            current = with_storage_retries(table, "version", partial(table_version, table, options))
             if current is None:
                 log.warning("delta-log source: table %s does not exist yet; watching for it", table)
                 versions[table] = -1
@@ -123,7 +176,24 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         for table in self.tables:
             if budget <= 0:
                 break
-            newest = newest_version(table, versions[table], budget, self.storage_options[table])
+            if self.backoff.waiting(table, time.time()):
+                continue
+            try:
+                newest = newest_version(table, versions[table], budget, self.storage_options[table])
+            except Exception as error:  # no new commits from this table until its backoff has passed
+                if not transient(error):
+                    raise
+                failure = self.backoff.failed(table, error, time.time())
+                log.warning(
+                    "delta-log source: table=%s reason=storage_error attempts=%d retry_in=%.1fs error=%s",
+                    table,
+                    failure.attempts,
+                    failure.retry_at - time.time(),
+                    describe_storage_error(error),
+                )
+                continue
+            if self.backoff.recovered(table) is not None:
+                log.info("delta-log source: table=%s reason=storage_recovered", table)
             budget -= newest - versions[table]
             versions[table] = newest
         return {"tables": versions}

@@ -34,3 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("recluster: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # a storage error no retry fixed (delta-rs's vacuum, a merge's read): one line too
+        from recluster.delta.storage_faults import describe_storage_error, storage_fault
+
+        fault = storage_fault(error)
+        if fault is None:
+            raise
+        print(f"recluster: error: {fault} storage error: {describe_storage_error(error)}", file=sys.stderr)
+        return EXIT_ERROR

@@ -106,11 +106,12 @@ class CommitEntry:
 
 
 def read_commits(table: str, first: int, last: int, storage_options: Mapping[str, str] | None) -> Iterator[CommitEntry]:
-    """The commits first..last of a table from its JSON log files; a gap entry for each one no longer there."""
+    """The commits first..last of a table from its JSON log files; a gap entry for each one no longer there (any
+    other storage error is raised: a 5xx answer or a reset says nothing about whether the file is there)."""
     for version in range(first, last + 1):
         try:
             actions = read_log_actions(table, version, storage_options)
-        except OSError:  # FileNotFoundError included: cleaned up behind a checkpoint
+        except FileNotFoundError:  # cleaned up behind a checkpoint; any other storage error is raised, never a gap
             yield CommitEntry.gap(table, version)
             continue
         yield CommitEntry.from_actions(table, version, actions)
