@@ -164,3 +164,12 @@ def test_the_metrics_record_of_a_failed_table_says_what_failed_and_when_it_is_re
     assert record.errors == [f"data: {failure.message}"] and record.pending
     status = failed_status(failure, None)
     assert status.to_dict()["error_kind"] == "data" and "part-1.parquet" in (status.error or "")
+
+
+def test_a_failure_book_survives_pickling_as_spark_ships_a_source_that_holds_one() -> None:
+    import pickle
+
+    book = FailureBook(1, 30)
+    book.failed("t", OSError("x"), now=0)
+    copy = pickle.loads(pickle.dumps(book))
+    assert copy.get("t") == book.get("t") and copy.failed("t", OSError("x"), now=0).attempts == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pyarrow import ArrowInvalid
 
@@ -59,6 +60,16 @@ class FailureBook:
         self.base_seconds = base_seconds
         self.max_seconds = max_seconds
         self._failures: dict[str, TableFailure] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:
+        """Picklable (a streaming source holding one is shipped to Spark's Python workers): the lock stays."""
+        with self._lock:
+            return {"base_seconds": self.base_seconds, "max_seconds": self.max_seconds, "failures": self._failures}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.base_seconds, self.max_seconds = state["base_seconds"], state["max_seconds"]
+        self._failures = dict(state["failures"])
         self._lock = threading.Lock()
 
     def failed(self, table: str, error: BaseException, now: float) -> TableFailure:
