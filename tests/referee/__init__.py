@@ -33,6 +33,22 @@ def referee_missing() -> str | None:
     return None
 
 
+def referee_environment(
+    work: Path,
+    *,
+    defaults: bool = False,
+    driver_memory: str = "1g",
+    master: str = "local[2]",
+    conf: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of a process of the referee's python that starts a session with `server.session`."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_HOME", "PYTHONPATH"))}
+    environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")
+    environment.update(REFEREE_DEFAULTS="1" if defaults else "0", REFEREE_DRIVER_MEMORY=driver_memory)
+    environment.update(REFEREE_MASTER=master, REFEREE_CONF=json.dumps(conf or {}))
+    return environment
+
+
 class Referee:
     """One Delta Spark session for a whole pytest run; requests are serialized."""
 
@@ -50,12 +66,6 @@ class Referee:
         self.work = work
         self._lock = threading.Lock()
         self._count = 0
-        environment = {
-            k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_HOME", "PYTHONPATH"))
-        }
-        environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")
-        environment.update(REFEREE_DEFAULTS="1" if defaults else "0", REFEREE_DRIVER_MEMORY=driver_memory)
-        environment.update(REFEREE_MASTER=master, REFEREE_CONF=json.dumps(conf or {}))
         self._log = open(work / "referee.log", "wb")  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             [str(REFEREE_PYTHON), str(Path(__file__).with_name("server.py")), str(REFEREE_JARS)],
@@ -63,7 +73,7 @@ class Referee:
             stdout=subprocess.PIPE,
             stderr=self._log,
             cwd=work,
-            env=environment,
+            env=referee_environment(work, defaults=defaults, driver_memory=driver_memory, master=master, conf=conf),
         )
         ready = self._answer()
         self.version = ready["ready"]
@@ -132,4 +142,4 @@ class Referee:
         self._log.close()
 
 
-__all__ = ["REFEREE_JARS", "REFEREE_PYTHON", "Referee", "RefereeError", "referee_missing"]
+__all__ = ["REFEREE_JARS", "REFEREE_PYTHON", "Referee", "RefereeError", "referee_environment", "referee_missing"]

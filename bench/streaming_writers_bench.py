@@ -1,0 +1,278 @@
+"""Streaming writers beside the job (issue 41 item 4): `python -m bench.streaming_writers_bench [--quick]`
+(`--modes recluster` for one run, `--label old-code` to name the results file of a run on other code).
+
+A Delta Spark Structured Streaming writer (Delta Spark 4.4 on pyspark 4.2, the tests' referee environment,
+`./dev referee`: bench/streaming_writers_spark.py) appends rate-source rows every second to a `CLUSTER BY (a, b)`
+table whose keys drift, while DELETE, UPDATE and MERGE run in turn every 5 seconds on rows already written, for 5
+minutes (1 with --quick). Two runs on fresh tables: beside `recluster watch` on the table (its liquid key on a
+Hilbert curve), and instead with Delta's own `OPTIMIZE` every 10 seconds. Counted per run: whether the writer's
+query stayed active, the DML statements that failed on a concurrent rewrite (Delta's ConcurrentModification
+exceptions, with the commit they lost to where Delta names it), the rewrites committed and metaData/protocol
+actions committed after the table was created. At the end Delta Spark reads the table, and its rows must equal
+those of a table nobody rewrites built from the same writer rows and the DML statements that committed, replayed
+in order (each touches only rows written before it started, so its effect does not depend on when it ran).
+Writes bench/results/streaming-writers[-quick]-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.compare.measurement import row_fingerprint
+from bench.merge_bench import log, publish
+from bench.streaming_writers_spark import row_columns
+from tests.referee import REFEREE_JARS, REFEREE_PYTHON, Referee, referee_environment, referee_missing
+
+SPARK_SIDE = Path(__file__).with_name("streaming_writers_spark.py")
+RATE = 1000
+"""Rows the writer appends a second."""
+DML_EVERY = 5.0
+OPTIMIZE_EVERY = 10.0
+TARGET_ROWS = 50_000
+"""recluster's output files (Delta's OPTIMIZE keeps its default target size)."""
+STARTUP_SECONDS = 600.0
+MODES = ("recluster", "optimize")
+
+
+@dataclass(frozen=True, slots=True)
+class WritersRun:
+    """One run: the writer's fate, the DML statements' and the rewrites' counts, the rows checked."""
+
+    mode: str
+    """`recluster` (beside `recluster watch`) or `optimize` (Delta's OPTIMIZE on a schedule)."""
+    seconds: float
+    writer_active: bool
+    writer_error: str | None
+    stream_batches: int
+    rows: int
+    dml: int
+    dml_committed: int
+    """Statements that committed within ATTEMPTS attempts (bench/streaming_writers_spark.py)."""
+    dml_lost_to_rewrites: int
+    """DML attempts that failed on a conflict with a rewrite commit: ours, or Delta's OPTIMIZE."""
+    dml_lost_to_writer: int
+    """DML attempts that failed on a conflict with the streaming writer's commits (whoever rewrites)."""
+    dml_lost_to_other: int
+    """Failed DML attempts whose winner Delta did not name, or that were no conflict."""
+    conflicts: dict[str, int]
+    """Failed attempts (DML and OPTIMIZE) by Delta's error class and the operation they lost to."""
+    rewrites: int
+    """Rewrite commits: ours in the recluster run, Delta's OPTIMIZE commits in the other."""
+    rewrites_refused: int
+    """Rewrites that lost: ours refused by our conflict check (the job's status), or OPTIMIZE attempts failed."""
+    metadata_actions: int
+    """metaData or protocol actions committed after the table was created."""
+    rows_exact: bool
+
+
+def events_of(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def wait_for_event(path: Path, kind: str, process: subprocess.Popen[bytes], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not any(e["event"] == kind for e in events_of(path)):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the Delta Spark side gave no {kind!r} event (exit {process.poll()}); see its log")
+        time.sleep(0.5)
+
+
+def log_commits(table: Path) -> list[list[dict[str, Any]]]:
+    """Every commit's actions, by version, from the log's JSON files."""
+    files = sorted((table / "_delta_log").glob("*.json"))
+    return [[json.loads(line) for line in f.read_text().splitlines() if line.strip()] for f in files]
+
+
+def commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
+    return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+
+
+def start_watch(table: Path, work: Path, output: Path) -> subprocess.Popen[bytes]:
+    """`recluster watch` on the table (its liquid clustering columns are the key) in its own process group."""
+    command = [sys.executable, "-m", "recluster.cli", "watch", "--table", str(table)]
+    command += ["--checkpoint", str(work / "watch-checkpoint"), "--trigger-seconds", "1"]
+    command += ["--starting-version", "earliest", "--set", f"clustering.target_rows={TARGET_ROWS}"]
+    command += ["--set", "spark.master=local[1]", "-v"]
+    environment = {k: v for k, v in os.environ.items() if not k.upper().startswith("RECLUSTER_")}
+    with output.open("ab") as sink:
+        return subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, cwd=work, env=environment
+        )
+
+
+def stop_watch(process: subprocess.Popen[bytes], output: Path) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    if process.wait(timeout=300) != 0:
+        raise RuntimeError(f"recluster watch exited with {process.returncode}:\n{output.read_text()[-3000:]}")
+
+
+def wait_for_watching(process: subprocess.Popen[bytes], output: Path) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while "watching 1 table(s)" not in output.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"recluster watch did not start:\n{output.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.5)
+
+
+def last_rewrite_conflicts(output: Path) -> int:
+    found = re.findall(r" conflicts=(\d+) ", output.read_text(errors="replace"))
+    return int(found[-1]) if found else 0
+
+
+def shadow_rows(referee: Referee, table: Path, shadow: Path, dml: list[dict[str, Any]], rate: int) -> Any:
+    """The rows a table nobody rewrites holds after the same writer rows and the DML statements that committed."""
+    newest = referee.sql(f"SELECT max(v) AS v FROM delta.`{table}`")[0]["v"]
+    columns = ", ".join(row_columns(rate))
+    source = f"SELECT {columns} FROM (SELECT id AS v FROM range(0, {newest + 1}))"
+    referee.sql(f"CREATE TABLE delta.`{shadow}` USING delta AS {source}")
+    for statement in dml:
+        referee.sql(statement["sql"].replace(f"delta.`{table}`", f"delta.`{shadow}`"))
+    return referee.read(shadow)
+
+
+def run_writers(mode: str, seconds: float, work: Path, *, rate: int = RATE) -> WritersRun:
+    """One run (see the module's docstring) in `work`; `mode` is `recluster` or `optimize`."""
+    table, events, go = work / "table", work / "events.jsonl", work / "go"
+    command = [str(REFEREE_PYTHON), str(SPARK_SIDE), "--jars", str(REFEREE_JARS), "--table", str(table)]
+    command += ["--checkpoint", str(work / "writer-checkpoint"), "--events", str(events), "--go", str(go)]
+    command += ["--seconds", str(seconds), "--rate", str(rate), "--dml-every", str(DML_EVERY)]
+    if mode == "optimize":
+        command += ["--optimize-every", str(OPTIMIZE_EVERY)]
+    spark_log = work / "delta-spark.log"
+    with spark_log.open("ab") as sink:
+        writer = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, cwd=work, env=referee_environment(work)
+        )
+    watch = None
+    watch_log = work / "watch.log"
+    try:
+        wait_for_event(events, "created", writer, STARTUP_SECONDS)
+        created = len(log_commits(table))
+        if mode == "recluster":
+            watch = start_watch(table, work, watch_log)
+            wait_for_watching(watch, watch_log)
+        log(f"{mode}: writing for {seconds:.0f} s")
+        go.touch()
+        if writer.wait(timeout=seconds + STARTUP_SECONDS) != 0:
+            raise RuntimeError(f"the Delta Spark side exited with {writer.returncode}: see {spark_log}")
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        if watch is not None:
+            stop_watch(watch, watch_log)
+    return measured(mode, seconds, work, created, rate)
+
+
+def measured(mode: str, seconds: float, work: Path, created: int, rate: int) -> WritersRun:
+    table = work / "table"
+    events = events_of(work / "events.jsonl")
+    commits = log_commits(table)
+    ours = mode == "recluster"
+    rewriter = "recluster" if ours else "OPTIMIZE"
+    field = "recluster.producer" if ours else "operation"
+    rewrites = [v for v, actions in enumerate(commits) if v >= created and commit_info(actions).get(field) == rewriter]
+    dml = [e for e in events if e["event"] == "dml"]
+    failed = [e for e in events if e["event"] == "statement" and not e["ok"]]
+    failed_dml = [e for e in failed if e["kind"] != "optimize"]
+    conflicts: dict[str, int] = {}
+    for event in failed:
+        name = f"{event['kind']}: {event['conflict']} after {event['winner']}"
+        conflicts[name] = conflicts.get(name, 0) + 1
+    stopped = next(e for e in events if e["event"] == "stopped")
+    writer_failed = next((e for e in events if e["event"] == "writer_failed"), None)
+    (work / "referee").mkdir()
+    referee = Referee(work / "referee")
+    try:
+        read = referee.read(table)
+        expected = shadow_rows(referee, table, work / "shadow", [e for e in dml if e["ok"]], rate)
+    finally:
+        referee.stop()
+    columns = sorted(read.column_names)
+    lost_to_rewrites = sum(1 for e in failed_dml if e["winner"] == rewriter)
+    lost_to_writer = sum(1 for e in failed_dml if e["winner"] == "STREAMING UPDATE")
+    return WritersRun(
+        mode=mode,
+        seconds=seconds,
+        writer_active=bool(stopped["active"]) and writer_failed is None,
+        writer_error=writer_failed["error"] if writer_failed else None,
+        stream_batches=int(stopped["batches"]),
+        rows=read.num_rows,
+        dml=len(dml),
+        dml_committed=sum(1 for e in dml if e["ok"]),
+        dml_lost_to_rewrites=lost_to_rewrites,
+        dml_lost_to_writer=lost_to_writer,
+        dml_lost_to_other=len(failed_dml) - lost_to_rewrites - lost_to_writer,
+        conflicts=conflicts,
+        rewrites=len(rewrites),
+        rewrites_refused=(
+            last_rewrite_conflicts(work / "watch.log") if ours else sum(e["kind"] == "optimize" for e in failed)
+        ),
+        metadata_actions=sum(1 for c in commits[created:] for a in c if "metaData" in a or "protocol" in a),
+        rows_exact=row_fingerprint(read.select(columns)) == row_fingerprint(expected.select(columns)),
+    )
+
+
+def summary(ours: WritersRun | None, theirs: WritersRun | None) -> list[list[Any]]:
+    """Rows of measures of both runs (None: a run left out with --modes)."""
+
+    def row(measure: str, field: str, goal: str) -> list[Any]:
+        mine, baseline = (None if run is None else int(getattr(run, field)) for run in (ours, theirs))
+        return [measure, mine, baseline, mine / baseline if mine is not None and baseline else None, goal]
+
+    return [
+        row("writer query active to the end (1 = yes)", "writer_active", "1"),
+        row("DML statements run", "dml", ""),
+        row("DML statements committed (5 attempts each)", "dml_committed", ""),
+        row("DML attempts lost to a rewrite", "dml_lost_to_rewrites", "<= OPTIMIZE's"),
+        row("DML attempts lost to the streaming writer", "dml_lost_to_writer", ""),
+        row("rewrite commits", "rewrites", ""),
+        row("rewrites refused or failed", "rewrites_refused", ""),
+        row("metaData/protocol actions after creation", "metadata_actions", "0"),
+        row("rows exact, read by Delta Spark (1 = yes)", "rows_exact", "1"),
+    ]
+
+
+def main(quick: bool = False, modes: tuple[str, ...] = MODES, label: str = "") -> dict[str, Any]:
+    """Both runs (or those `modes` name); `label` goes into the results file's name (e.g. `old-code`)."""
+    missing = referee_missing()
+    if missing:
+        raise SystemExit(missing)
+    seconds = 60.0 if quick else 300.0
+    runs = {}
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix=f"streaming-writers-{mode}-") as work:
+            runs[mode] = run_writers(mode, seconds, Path(work))
+        log(f"{mode}: {runs[mode]}")
+    result = {
+        "seconds": seconds,
+        "rate_rows_per_second": RATE,
+        "dml_every_seconds": DML_EVERY,
+        "optimize_every_seconds": OPTIMIZE_EVERY,
+        "target_rows": TARGET_ROWS,
+        "runs": {mode: asdict(run) for mode, run in runs.items()},
+    }
+    title = f"Streaming writer and DML beside recluster watch vs Delta OPTIMIZE every {OPTIMIZE_EVERY:.0f} s"
+    rows = summary(runs.get("recluster"), runs.get("optimize"))
+    return publish("-".join(filter(None, ["streaming-writers", label])), title, quick, rows, result)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.streaming_writers_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="1-minute runs instead of 5-minute ones")
+    parser.add_argument("--modes", default=",".join(MODES), help="runs to make (default: recluster,optimize)")
+    parser.add_argument("--label", default="", help="added to the results file's name")
+    arguments = parser.parse_args()
+    main(arguments.quick, tuple(arguments.modes.split(",")), arguments.label)
