@@ -139,6 +139,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_maintain(args: argparse.Namespace) -> int:
     """Vacuum, checkpoint, log cleanup and orphan cleanup of one table now (the job does it on a schedule)."""
     from recluster.delta.maintenance import maintain_table
+    from recluster.delta.maintenance_steps import MaintenanceStep
     from recluster.engine.api import storage_options_for
 
     settings = settings_of(args)
@@ -152,10 +153,15 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
         return 0
     verb = "would delete" if result.dry_run else "deleted"
+    refused = {refusal.step for refusal in result.refused}
     checkpoint = "not needed" if result.checkpoint_version is None else f"version {result.checkpoint_version}"
+    cleanup = "done" if result.log_cleaned else "skipped"
     print(
         f"{verb} {len(result.vacuumed)} expired file(s) (retention {result.retention_hours:g} h) and "
-        f"{len(result.orphans.orphans)} orphan(s); checkpoint: {checkpoint}; "
-        f"log cleanup: {'done' if result.log_cleaned else 'skipped'}"
+        f"{len(result.orphans.orphans)} orphan(s); checkpoint: "
+        f"{'refused' if MaintenanceStep.CHECKPOINT in refused else checkpoint}; "
+        f"log cleanup: {'refused' if MaintenanceStep.LOG_CLEANUP in refused else cleanup}"
     )
+    for refusal in result.refused:
+        print(refusal)
     return 0

@@ -273,7 +273,9 @@ class ProcessRecord:
     depth: float | None = None
     """The table's average depth when the process was planned (the status page plots it over time)."""
     detail: str | None = None
-    """JSON of what an `estimate` row projected (`recluster.core.estimate.projection.ProjectedCost`)."""
+    """JSON of what an `estimate` row projected (`recluster.core.estimate.projection.ProjectedCost`); on a
+    maintenance row, the steps the table's features ruled out (each `recluster.delta.maintenance_steps.StepRefusal`
+    as a line, joined by "; "), None when every step could run."""
 
     def finished(self, end: float, status: ProcessStatus, **amounts: Any) -> ProcessRecord:
         return replace(self, end=end, status=status, **amounts)

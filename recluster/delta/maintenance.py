@@ -1,6 +1,7 @@
-"""Orphan cleanup (DESIGN §6, §8): remove the outputs of rewrites that never committed.
+"""Maintenance (docs/operations.md#maintenance): vacuum, checkpoints, log cleanup, and orphan cleanup, which removes
+the outputs of rewrites that never committed.
 
-A file is deleted only when all three hold: its name is one recluster writes (`part-L..-k..-r..`), it is older
+An orphan is deleted only when all three hold: its name is one recluster writes (`part-L..-k..-r..`), it is older
 than a safety age (a rewrite still running has young outputs), and no version still in the log references it
 (time travel to any retained version keeps working). Anything else is left alone, whatever it looks like.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,8 +22,10 @@ from deltalake.exceptions import DeltaError
 
 from recluster.core.blocks import parse_data_file_name
 from recluster.core.errors import TableError, first_line
+from recluster.delta.maintenance_steps import MaintenanceStep, StepRefusal, step_refusals
 from recluster.delta.snapshot import open_table
 from recluster.delta.storage import (
+    commit_file_exists,
     last_checkpoint_version,
     list_data_files,
     log_versions,
@@ -64,15 +68,36 @@ def deleted_file_retention_hours(table: DeltaTable) -> float:
     return parse_delta_interval(text) / 3600.0 if text else DEFAULT_DELETED_FILE_RETENTION_HOURS
 
 
-def vacuum_table(table: DeltaTable, retention_hours: float, *, dry_run: bool) -> list[str]:
-    """Delete files removed longer than `retention_hours` ago and no longer referenced (delta-rs vacuum,
-    which also refuses a retention below the table's own). Returns the files (to be) deleted."""
+_ABSOLUTE = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*:)")
+"""A path with a scheme (`file:/..`, `s3://..`) or a leading slash: outside the table root as far as vacuum goes."""
+
+
+def vacuum_table(
+    location: str,
+    table: DeltaTable,
+    retention_hours: float,
+    storage_options: Mapping[str, str] | None,
+    *,
+    dry_run: bool,
+) -> list[str]:
+    """Delete the files removed longer than `retention_hours` ago that no live file is (delta-rs's plan, which
+    also refuses a retention below the table's own). Returns the files (to be) deleted.
+
+    delta-rs only plans here: its vacuum would commit VACUUM START/END, which it refuses on tables with writer
+    features it does not write (identity columns, row tracking, liquid clustering, type widening, in-commit
+    timestamps: docs/guarantees.md#maintenance); deleting the files needs no commit. Its lite plan is used, never
+    the full one, which lists the deletion vector files of live files too. Only files under the table root: a
+    shallow clone's removes name files of the table it was cloned from."""
     try:
-        return list(
-            table.vacuum(retention_hours=math.ceil(retention_hours), dry_run=dry_run, enforce_retention_duration=True)
+        planned = table.vacuum(
+            retention_hours=math.ceil(retention_hours), dry_run=True, enforce_retention_duration=True, full=False
         )
     except DeltaError as error:
         raise TableError(f"vacuum failed: {first_line(error)}") from None
+    expired = sorted({path for path in planned if not _ABSOLUTE.match(path)})
+    if not dry_run:
+        remove_stored_files(location, expired, storage_options)
+    return expired
 
 
 def checkpoint_table(table: DeltaTable) -> None:
@@ -131,7 +156,11 @@ def referenced_files(table_uri: str, storage_options: Mapping[str, str] | None =
     can be loaded, plus every file any later commit added. Returns (paths, oldest, latest)."""
     location = normalize_uri(table_uri)
     table = open_table(location, storage_options)
-    versions = log_versions(location, storage_options)
+    versions = sorted(set(log_versions(location, storage_options)))
+    # log_versions counts v2 checkpoints (`<v>.checkpoint.<uuid>.json`) too, and delta-rs's log cleanup leaves those
+    # of the versions whose commits it deleted: the oldest retained version is the oldest with a commit file.
+    while versions and not commit_file_exists(location, versions[0], storage_options):
+        versions.pop(0)
     if not versions:
         raise TableError(f"{table_uri} has no commit files in _delta_log")
     oldest, latest = versions[0], versions[-1]
@@ -198,10 +227,12 @@ class MaintenanceResult:
     retention_hours: float
     vacuumed: tuple[str, ...]
     checkpoint_version: int | None
-    """The checkpoint written by this pass; None when the newest one was recent enough (or dry run)."""
+    """The checkpoint written by this pass; None when the newest one was recent enough, refused (or dry run)."""
     log_cleaned: bool
     orphans: CleanResult
     dry_run: bool
+    refused: tuple[StepRefusal, ...] = ()
+    """Steps not run because of the table's features (recluster/delta/maintenance_steps.py)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -213,12 +244,18 @@ class MaintenanceResult:
             "log_cleaned": self.log_cleaned,
             "orphans": self.orphans.to_dict(),
             "dry_run": self.dry_run,
+            "refused": [refusal.to_dict() for refusal in self.refused],
         }
 
 
 def effective_retention_hours(table: DeltaTable, configured_hours: float) -> float:
     """Vacuum retention: the configured one, never below the table's `delta.deletedFileRetentionDuration`."""
     return max(configured_hours, deleted_file_retention_hours(table))
+
+
+def table_features(table: DeltaTable) -> set[str]:
+    protocol = table.protocol()
+    return set(protocol.reader_features or []) | set(protocol.writer_features or [])
 
 
 def maintain_table(
@@ -229,9 +266,12 @@ def maintain_table(
     dry_run: bool = False,
 ) -> MaintenanceResult:
     """Orphan cleanup, then vacuum (expired files of old versions), a checkpoint when the newest is
-    `checkpoint_every_versions` behind, and log cleanup (delta.logRetentionDuration) after it.
+    `checkpoint_every_versions` behind, and log cleanup (delta.logRetentionDuration) after it; a step the
+    table's features rule out is refused (logged, in the result) and the others still run.
 
     Orphans go first: they are found against every version still in the log, before log cleanup shortens it.
+    Vacuum goes before the checkpoint: delta-rs plans it from the removes the log still holds, and a checkpoint
+    drops the expired ones (their files would then stay for good).
     """
     location = normalize_uri(table_uri)
     orphans = clean_orphans(
@@ -241,18 +281,27 @@ def maintain_table(
         dry_run=dry_run,
     )
     table = open_table(location, storage_options)
+    refused = step_refusals(table_features(table))
+    for refusal in refused:
+        log.info("recluster maintain table=%s %s", location, refusal)
+    skipped = {refusal.step for refusal in refused}
     retention = effective_retention_hours(table, settings.retention_hours)
-    vacuumed = vacuum_table(table, retention, dry_run=dry_run)
+    vacuumed = []
+    if MaintenanceStep.VACUUM not in skipped:
+        vacuumed = vacuum_table(location, table, retention, storage_options, dry_run=dry_run)
     checkpoint = None
     if not dry_run:
         table = open_table(location, storage_options)
         newest = last_checkpoint_version(location, storage_options)
-        if table.version() - (newest if newest is not None else -1) >= settings.checkpoint_every_versions:
+        behind = table.version() - (newest if newest is not None else -1)
+        if MaintenanceStep.CHECKPOINT not in skipped and behind >= settings.checkpoint_every_versions:
             checkpoint_table(table)
             checkpoint = table.version()
-        cleanup_log(table)
+        if MaintenanceStep.LOG_CLEANUP not in skipped:
+            cleanup_log(table)
     for path in vacuumed:
         log.info("maintain table=%s vacuumed=%s dry_run=%s", location, path, dry_run)
+    cleaned = not dry_run and MaintenanceStep.LOG_CLEANUP not in skipped
     return MaintenanceResult(
-        location, table.version(), retention, tuple(vacuumed), checkpoint, not dry_run, orphans, dry_run
+        location, table.version(), retention, tuple(vacuumed), checkpoint, cleaned, orphans, dry_run, refused
     )

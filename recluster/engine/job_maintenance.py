@@ -75,14 +75,19 @@ class JobMaintenance:
             self.history.append(record)
             try:
                 result = maintain_table(uri, maintenance, storage_options=self.options(uri))
+                refused = "; ".join(map(str, result.refused)) or None  # steps the table's features ruled out
                 log.info(
-                    "recluster maintain table=%s vacuumed=%d orphans=%d checkpoint=%s",
+                    "recluster maintain table=%s vacuumed=%d orphans=%d checkpoint=%s refused=%s",
                     uri,
                     len(result.vacuumed),
                     len(result.orphans.orphans),
                     result.checkpoint_version,
+                    refused,
                 )
-                self.history.append(record.finished(time.time(), ProcessStatus.SUCCESS, files_in=len(result.vacuumed)))
+                finished = record.finished(
+                    time.time(), ProcessStatus.SUCCESS, files_in=len(result.vacuumed), detail=refused
+                )
+                self.history.append(finished)
             except Exception as error:  # one table's failure stays with that table
                 log.error("recluster maintain table=%s error=%s", uri, first_line(error))
                 self.history.append(record.finished(time.time(), ProcessStatus.FAILED, error=first_line(error)))
