@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,6 +199,11 @@ def start_watch(
             cwd=ROOT,
             env=cli_environment(env),
         )
+
+
+def seen_version(log: Path) -> int:
+    """The newest table version a job's status lines in `log` report (-1: none yet)."""
+    return max((int(v) for v in re.findall(r"recluster table=\S+ version=(\d+)", log.read_text())), default=-1)
 
 
 def stop_watch(process: subprocess.Popen[bytes], log: Path) -> None:

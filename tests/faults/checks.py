@@ -27,7 +27,7 @@ def copy_table(s3: S3Server, uri: str, into: Path) -> Path:
         for item in page.get("Contents", []):
             target = into / item["Key"][len(prefix) :]
             target.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(s3.bucket, item["Key"], str(target))
+            target.write_bytes(client.get_object(Bucket=s3.bucket, Key=item["Key"])["Body"].read())
     return into
 
 
@@ -44,11 +44,11 @@ def is_ours(name: str) -> bool:
 
 def referenced_by_retained_versions(table: Path) -> set[str]:
     """Every file some version still loadable from the log references (delta-rs), newest version first."""
-    latest = DeltaTable(str(table))
+    at = DeltaTable(str(table))
     referenced: set[str] = set()
-    for version in range(latest.version(), -1, -1):
+    for version in range(at.version(), -1, -1):
         try:
-            at = DeltaTable(str(table), version=version)
+            at.load_as_version(version)
         except Exception:  # cleaned up behind a checkpoint: no older version is retained either
             break
         referenced.update(str(Path(uri.removeprefix("file://")).relative_to(table)) for uri in at.file_uris())

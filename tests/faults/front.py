@@ -56,11 +56,11 @@ class FrontState:
             self.decider = Decider(plan)
             self.plans += 1
 
-    def decide(self, method: str, path: str) -> FaultRule | None:
+    def decide(self, method: str, path: str, body: bytes) -> FaultRule | None:
         with self.lock:
-            target, _ = classify(path)
+            target, _ = classify(path, body)
             self.seen[f"{method} {target}"] += 1
-            decided = self.decider.decide(method, path)
+            decided = self.decider.decide(method, path, body)
             if decided is None:
                 return None
             index, rule, target = decided
@@ -142,7 +142,7 @@ def _handler(state: FrontState) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith(CONTROL):
                 self._control(body)
                 return
-            rule = state.decide(self.command, self.path)
+            rule = state.decide(self.command, self.path, body)
             kind = rule.kind if rule is not None else None
             if kind in (FaultKind.SLOW_DOWN, FaultKind.SERVER_ERROR):
                 self._error(kind)

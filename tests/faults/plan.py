@@ -42,6 +42,8 @@ class Target(StrEnum):
     LAST_CHECKPOINT = "last_checkpoint"
     LISTING = "listing"
     """A bucket listing (GET with `list-type=2`)."""
+    BULK_DELETE = "bulk_delete"
+    """A multi-object delete (POST with `delete`): how object_store deletes a batch of files."""
     OTHER = "other"
     ANY = "any"
 
@@ -50,14 +52,21 @@ _COMMIT = re.compile(r"(^|/)_delta_log/\d{20}\.json$")
 _CHECKPOINT = re.compile(r"(^|/)_delta_log/(\d{20}\.checkpoint.*\.parquet|_sidecars/.*)$")
 
 
-def classify(path: str) -> tuple[Target, str]:
-    """The target of a request path (`/bucket/key?query`, path-style) and the object it is about: the key, or
-    for a listing the prefix listed."""
+_BATCH_KEY = re.compile(rb"<Key>([^<]*)</Key>")
+_NAMED = ("list:", "delete:")
+
+
+def classify(path: str, body: bytes = b"") -> tuple[Target, str]:
+    """The target of a request (path-style `/bucket/key?query`, and its body) and the object it is about: the key,
+    for a listing `list:` and the prefix listed, for a multi-object delete `delete:` and its first key."""
     parts = urlsplit(path)
     _, _, key = unquote(parts.path).lstrip("/").partition("/")
-    query = parse_qs(parts.query)
+    query = parse_qs(parts.query, keep_blank_values=True)
     if not key and "list-type" in query:
         return Target.LISTING, "list:" + query.get("prefix", [""])[0]
+    if not key and "delete" in query:
+        first = _BATCH_KEY.search(body)
+        return Target.BULK_DELETE, "delete:" + (first.group(1).decode() if first else "")
     if _COMMIT.search(key):
         return Target.COMMIT, key
     if key.endswith("_delta_log/_last_checkpoint"):
@@ -88,7 +97,8 @@ class FaultRule:
             return False
         if self.methods and method not in self.methods:
             return False
-        return name.removeprefix("list:").startswith(self.prefix)
+        named = next((name.removeprefix(kind) for kind in _NAMED if name.startswith(kind)), name)
+        return named.startswith(self.prefix)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "methods": list(self.methods)}
@@ -153,9 +163,9 @@ class Decider:
     occurrences: dict[tuple[str, str], int] = field(default_factory=dict)
     spent: dict[int, int] = field(default_factory=dict)
 
-    def decide(self, method: str, path: str) -> tuple[int, FaultRule, Target] | None:
+    def decide(self, method: str, path: str, body: bytes = b"") -> tuple[int, FaultRule, Target] | None:
         """The rule (index, rule, target) whose fault this request gets, or None; counts the request."""
-        target, name = classify(path)
+        target, name = classify(path, body)
         occurrence = self.occurrences.get((method, name), 0)
         self.occurrences[(method, name)] = occurrence + 1
         for index, rule in enumerate(self.plan.rules):

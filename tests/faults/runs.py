@@ -8,9 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,8 @@ from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.faults.checks import TableCheck, check_table
 from tests.faults.front import FaultFront
 from tests.faults.plan import FaultKind, FaultRule, InjectedFault, Target
-from tests.helpers import run_cli, start_watch, stop_watch, wait_for
+from tests.helpers import run_cli, seen_version, start_watch, stop_watch, wait_for
 from tests.referee import Referee
-from tests.reliability.test_crashes import seen_version
 from tests.s3_server import S3Server, s3_environment
 
 
@@ -67,6 +67,8 @@ CELLS: tuple[tuple[FaultKind, Target, tuple[str, ...]], ...] = (
     (FaultKind.SLOW_DOWN, Target.LISTING, ("GET",)),
     (FaultKind.RESET, Target.LISTING, ("GET",)),
     (FaultKind.LATENCY, Target.LISTING, ("GET",)),
+    (FaultKind.SERVER_ERROR, Target.BULK_DELETE, ("POST",)),
+    (FaultKind.LOST_RESPONSE, Target.BULK_DELETE, ("POST",)),
 )
 """The fault matrix's kinds x targets (with the methods each is aimed at); operations are the third axis."""
 
@@ -77,6 +79,20 @@ def matrix_rules(rate: float, budget: int, prefix: str) -> tuple[FaultRule, ...]
         FaultRule(kind, target, methods, rate=rate, budget=budget, latency_seconds=0.2, prefix=prefix)
         for kind, target, methods in CELLS
     )
+
+
+def orphaning_rules(prefix: str) -> tuple[FaultRule, ...]:
+    """Every commit PUT reset before it reaches the store and every delete of data files answered 500: with
+    `ORPHANING_SETTINGS` and no client retries the commit fails and its outputs cannot be deleted (orphans for
+    `recluster clean`)."""
+    return (
+        FaultRule(FaultKind.RESET, Target.COMMIT, ("PUT",), prefix=prefix),
+        FaultRule(FaultKind.SERVER_ERROR, Target.DATA, ("DELETE",), prefix=prefix),
+        FaultRule(FaultKind.SERVER_ERROR, Target.BULK_DELETE, ("POST",), prefix=prefix),
+    )
+
+
+ORPHANING_SETTINGS = {"commit.max_attempts": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +115,8 @@ class StepResult:
         """Why the command's exit code or report does not match what the log gained, or its error is not one line
         (warnings logged before it aside), or None."""
         last = (self.error.splitlines() or [""])[-1]
-        if self.operation is not Operation.WATCH and self.exit_code and not last.startswith("recluster: error: "):
-            return f"exit {self.exit_code} without a one-line error: {last}"
+        if self.exit_code and self.report is None and not last.startswith("recluster: error: "):
+            return f"exit {self.exit_code} without a report or a one-line error: {last}"
         if "Traceback" in self.error:
             return f"a traceback: {last}"
         if self.operation not in COMMANDS_THAT_COMMIT:
@@ -180,7 +196,7 @@ class FaultRun:
             return via
         return {**via, "RECLUSTER_STORAGE_OPTIONS__MAX_RETRIES": str(self.client_retries)}
 
-    def settings(self) -> list[str]:
+    def settings(self, overrides: Mapping[str, object]) -> list[str]:
         values = {
             "clustering.target_rows": 3 * self.rows_per_append,
             "clustering.max_tasks_per_round": 2,
@@ -189,6 +205,7 @@ class FaultRun:
             "self_optimizing.maintenance.checkpoint_every_versions": 1,
             "self_optimizing.maintenance.orphan_safety_age_seconds": 0,
             "commit.backoff_seconds": 0.1,
+            **overrides,
         }
         return [arg for name, value in values.items() for arg in ("--set", f"{name}={value}")]
 
@@ -201,8 +218,16 @@ class FaultRun:
             Operation.CLEAN: ["clean", self.uri, "--safety-age-hours", "0"],
         }[operation]
 
-    def step(self, operation: Operation, rules: Sequence[FaultRule], watch_appends: int = 3) -> StepResult:
-        """Prepare the table for `operation`, run it under `rules`, then check the table with no faults."""
+    def step(
+        self,
+        operation: Operation,
+        rules: Sequence[FaultRule],
+        *,
+        watch_appends: int = 3,
+        overrides: Mapping[str, object] | None = None,
+    ) -> StepResult:
+        """Prepare the table for `operation`, run it under `rules` (with settings `overrides`), then check the table
+        with no faults."""
         if operation is Operation.INCREMENTAL:
             self.append(2)
         elif operation is Operation.OPTIMIZE:
@@ -214,7 +239,8 @@ class FaultRun:
             if operation is Operation.WATCH:
                 code, report, error = self._watch(watch_appends)
             else:
-                done = run_cli(*self.command(operation), "--json", *self.settings(), env=self.environment())
+                arguments = [*self.command(operation), "--json", *self.settings(overrides or {})]
+                done = run_cli(*arguments, env=self.environment())
                 code, error = done.returncode, done.stderr.strip()
                 report = json.loads(done.stdout) if done.returncode == 0 or done.stdout.startswith("{") else None
         finally:
@@ -241,14 +267,18 @@ class FaultRun:
             log,
             trigger_seconds=0.5,
             target_rows=3 * self.rows_per_append,
-            env={**self.environment(), "RECLUSTER_SELF_OPTIMIZING__HISTORY_LOCATION": str(self.work / "history")},
+            env={
+                **self.environment(),
+                "RECLUSTER_SELF_OPTIMIZING__HISTORY_LOCATION": str(self.work / "history"),
+                "RECLUSTER_STREAM__TABLE_RETRY_SECONDS": "1",  # a table whose load failed is tried again soon
+            },
         )
         error = ""
         try:
             for _ in range(appends):
                 self.append()
                 version = self._version()
-                wait_for(lambda v=version: seen_version(log) >= v, f"the job to see version {version}", process)
+                wait_for(partial(seen_at_least, log, version), f"the job to see version {version}", process)
         except AssertionError as failed:  # it exited, or never caught up: the step failed, the checks still run
             error = str(failed)
         if process.poll() is None:
@@ -263,3 +293,7 @@ class FaultRun:
         from deltalake import DeltaTable
 
         return int(DeltaTable(self.uri, storage_options=self.s3.options()).version())
+
+
+def seen_at_least(log: Path, version: int) -> bool:
+    return seen_version(log) >= version

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tests.helpers import (
     cli_json,
     kill_tree,
     recluster_commits,
+    seen_version,
     start_watch,
     stop_watch,
     wait_for,
@@ -39,11 +39,6 @@ SEED = 20261122
 
 def _markers(directory: Path, phase: str) -> int:
     return sum(1 for name in os.listdir(directory) if name.startswith(f"{phase}-"))
-
-
-def seen_version(log: Path) -> int:
-    """The newest table version a job's status lines in `log` report (-1: none yet)."""
-    return max((int(v) for v in re.findall(r"recluster table=\S+ version=(\d+)", log.read_text())), default=-1)
 
 
 def referenced_by_any_version(table: Path) -> set[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -18,7 +19,7 @@ from recluster.delta.object_store import put_new_object
 from recluster.delta.storage import commit_file_exists
 from tests.faults.front import FaultFront
 from tests.faults.plan import Decider, FaultKind, FaultPlan, FaultRule, Target, classify
-from tests.faults.runs import FaultRun, Operation, matrix_rules
+from tests.faults.runs import ORPHANING_SETTINGS, FaultRun, Operation, matrix_rules, orphaning_rules
 from tests.s3_server import S3Server, moto_server
 from triggers.delta_log import CommitRange, commit_rows, newest_version
 
@@ -137,18 +138,55 @@ whose answer was lost, one answered 500 after it was applied (obstore's retry ge
 @pytest.mark.slow
 def test_seeded_fault_run_keeps_every_table_whole(s3, front, referee, tmp_path) -> None:
     """The short seeded run: each command once under the whole matrix at a rate of 0.3 (at most two faults per
-    cell and command), the first commit PUT forced as above; `python -m bench.storage_faults_bench` runs the long
-    one."""
+    cell and command), the first commit PUT of each command that commits forced as above; then a commit that fails
+    with outputs the store will not delete, `clean` and `maintain`. `python -m bench.storage_faults_bench` runs the
+    long one."""
     run = FaultRun(s3, front, referee, tmp_path, SEED)
     run.append(6)
-    for operation in (Operation.FINAL, Operation.INCREMENTAL, Operation.OPTIMIZE, Operation.MAINTAIN, Operation.CLEAN):
-        forced = [FaultRule(FORCED[operation], Target.COMMIT, ("PUT",), budget=1)] if operation in FORCED else []
-        step = run.step(operation, (*forced, *matrix_rules(0.3, 2, run.prefix)))
-        assert step.check.intact, step.check
-        assert step.honesty_problem() is None, (step.honesty_problem(), step.error)
-        if operation in FORCED:
-            assert step.exit_code == 0 and step.landed >= 1, step  # the commit went through its fault
-            assert (FORCED[operation], Target.COMMIT, "PUT") in {(f.kind, f.target, f.method) for f in step.faults}
+    for operation, kind in FORCED.items():
+        step = run.step(
+            operation, (FaultRule(kind, Target.COMMIT, ("PUT",), budget=1), *matrix_rules(0.3, 2, run.prefix))
+        )
+        assert step.check.intact and step.honesty_problem() is None, (step.check, step.honesty_problem(), step.error)
+        assert step.exit_code == 0 and step.landed >= 1, step.error  # the commit went through its fault
+        assert (kind, Target.COMMIT, "PUT") in {(f.kind, f.target, f.method) for f in step.faults}
+
+    run.client_retries = 0  # every fault reaches recluster: the deletes of the failed commit's outputs fail
+    step = run.step(Operation.INCREMENTAL, orphaning_rules(run.prefix), overrides=ORPHANING_SETTINGS)
+    assert step.check.intact and step.honesty_problem() is None, (step.check, step.honesty_problem(), step.error)
+    assert step.exit_code == 1 and step.landed == 0 and step.check.orphans, step
+    run.client_retries = None
+
+    for operation in (Operation.CLEAN, Operation.MAINTAIN):
+        step = run.step(operation, matrix_rules(0.3, 2, run.prefix))
+        assert step.check.intact and step.honesty_problem() is None, (step.check, step.honesty_problem(), step.error)
+        if operation is Operation.CLEAN and step.exit_code:  # a fault no retry fixed: the user runs it again
+            step = run.step(operation, ())
+        if operation is Operation.CLEAN:
+            assert step.exit_code == 0 and step.check.orphans == (), step
     kinds = Counter(f.kind for s in run.steps for f in s.faults)
     assert sum(kinds.values()) >= 40 and len(kinds) == len(FaultKind), kinds
-    assert run.steps[-1].check.orphans == (), run.steps[-1].check.orphans  # `clean` left nothing behind
+
+
+@pytest.mark.slow
+def test_watch_rides_out_errors_on_log_reads(s3, front, referee, tmp_path) -> None:
+    """`recluster watch` while the store answers 500 or resets the connection on reads of the log: about half of
+    the source's probes of the next commit file (HEAD), a fifth of the reads of commit files and `_last_checkpoint`
+    (object_store retrying each request once, so many faults reach recluster): the Delta-log source backs the table
+    off and probes it again, the job catches up with every append and stops cleanly."""
+    run = FaultRun(s3, front, referee, tmp_path, SEED + 1, client_retries=1)
+    run.append(2)
+    rules = [
+        FaultRule(FaultKind.SERVER_ERROR, Target.COMMIT, ("HEAD",), rate=0.4, budget=10, prefix=run.prefix),
+        FaultRule(FaultKind.RESET, Target.COMMIT, ("HEAD",), rate=0.2, budget=6, prefix=run.prefix),
+        FaultRule(FaultKind.RESET, Target.COMMIT, ("GET",), rate=0.2, budget=10, prefix=run.prefix),
+        FaultRule(FaultKind.SERVER_ERROR, Target.LAST_CHECKPOINT, ("GET",), rate=0.2, budget=6, prefix=run.prefix),
+    ]
+    step = run.step(Operation.WATCH, rules, watch_appends=4)
+    assert step.exit_code == 0 and not step.error, step.error
+    assert step.check.intact, step.check
+    assert step.landed >= 1, step  # the job reclustered through the faults
+    probes = [f for f in step.faults if f.method == "HEAD" and f.target is Target.COMMIT]
+    assert len(probes) >= 3, Counter((f.kind, f.target, f.method) for f in step.faults)  # the source's own probes
+    log = Path(step.report["log"]).read_text() if step.report else ""
+    assert "delta-log source: table=" in log and "reason=storage_error" in log
