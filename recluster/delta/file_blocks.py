@@ -340,8 +340,9 @@ def _stat_from_json(value: Any, column: KeyColumn) -> Any:
         return None
     match column.type:
         case KeyType.DECIMAL:
-            # delta-rs writes decimal stats as JSON doubles: trust only a value written at the column's
-            # scale or short enough to be exact, else let the footer supply it (as delta-rs itself does).
+            # delta-rs writes decimal stats as JSON doubles: trust only a value written at the column's scale
+            # (ours and Delta Spark's, digit for digit) or short enough to be exact, else let the footer supply
+            # it (as delta-rs itself does).
             exact = decimal.Decimal(str(value))
             shape = exact.as_tuple()
             fits = isinstance(shape.exponent, int) and shape.exponent <= 0

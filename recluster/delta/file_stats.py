@@ -142,6 +142,8 @@ def stats_text(stats: Mapping[str, Any]) -> str:
 def _json_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return "{" + ",".join(f"{json.dumps(str(k))}:{_json_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(map(_json_text, value)) + "]"
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
             raise ValueError(f"no JSON number for {value}")

@@ -122,7 +122,7 @@ def sample_file(spec: OutputSpec, path: str, share: float, seed: int) -> pa.Tabl
     schema, stored = _sample_columns(spec)
     filesystem = table_filesystem(spec.table_root, spec.storage_options)
     with filesystem.open_input_file(file_location(spec.table_root, path)) as handle:
-        parquet = pq.ParquetFile(handle, pre_buffer=True)
+        parquet = pq.ParquetFile(handle, pre_buffer=True, coerce_int96_timestamp_unit="us")  # as `read_data_files`
         read = parquet.read(columns=stored_columns(stored, parquet.schema_arrow.names))
         table = pa.Table.from_batches([logical_batch(b, schema, stored) for b in read.to_batches()], schema)
     take = min(table.num_rows, math.ceil(table.num_rows * share))

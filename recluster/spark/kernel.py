@@ -4,7 +4,8 @@
 exceeds the target), names them with their level and key fingerprint and writes them through pyarrow.fs with the
 table's storage options, so the same code writes to a local disk, S3, GCS or Azure. It runs in Spark tasks for big
 merges (spark/merge.py) and in the process for small ones (`merge_in_process`): one function, both placements.
-Inputs are read with their deletion vectors applied (`read_data_files`).
+Inputs are read with their deletion vectors applied (`read_data_files`). Each file's Delta stats come from
+delta/file_stats.py; its Parquet options keep every reader's row-group filters right (`float_column_options`).
 """
 
 from __future__ import annotations
