@@ -2,17 +2,18 @@
 (`--modes recluster` for one run, `--label old-code` to name the results file of a run on other code).
 
 A Delta Spark Structured Streaming writer (Delta Spark 4.4 on pyspark 4.2, the tests' referee environment,
-`./dev referee`: bench/streaming_writers_spark.py) appends rate-source rows every second to a `CLUSTER BY (a, b)`
-table whose keys drift, while DELETE, UPDATE and MERGE run in turn, 2 seconds apart, on rows already written, for
-5 minutes (1 with --quick). Two runs on fresh tables: beside `recluster watch` on the table (its liquid key on a
-Hilbert curve), and instead with Delta's own `OPTIMIZE` every 10 seconds. A statement that loses to a concurrent
-commit is run again, up to 5 attempts. Counted per run: whether the writer's query stayed active, the DML attempts
-that failed on a concurrent commit (Delta's ConcurrentModification exceptions) by the commit they lost to, as Delta
-names it (a rewrite: ours or OPTIMIZE; or the writer's append: Delta OSS allows only Serializable isolation, under
-which an append conflicts with any DML on an unpartitioned table), the rewrites committed and the metaData/protocol
-actions committed after the table was created. At the end Delta Spark reads the table, and its rows must equal
-those of a table nobody rewrites built from the same writer rows and the DML statements that committed, replayed
-in order (each touches only rows written before it started, so its effect does not depend on when it ran).
+`./dev referee`: bench/streaming_writers_spark.py) appends rate-source rows every second to a `CLUSTER BY (a, b)` table
+(deletion vectors on) whose keys drift, while DELETE, UPDATE and MERGE run in turn, 2 seconds apart, on rows already
+written, for 10 minutes (1 with --quick). Two runs on fresh tables: beside `recluster watch` on the table (its
+liquid key on a Hilbert curve), and instead with Delta's own `OPTIMIZE` every 10 seconds. A statement that loses to
+a concurrent commit is run again, up to 5 attempts. Counted per run: whether the writer's query stayed active, the
+DML attempts that failed on a concurrent commit (Delta's ConcurrentModification exceptions) by the commit they lost
+to, as Delta names it (a rewrite: ours or OPTIMIZE; or the writer's append: Delta OSS allows only Serializable
+isolation, under which an append conflicts with any DML on an unpartitioned table), the rewrites committed and the
+metaData/protocol actions committed after the table was created. At the end Delta Spark reads the table, and its
+rows must equal those of a table nobody rewrites built from the same writer rows and the DML statements that
+committed, replayed in order (each touches only rows written before it started, so its effect does not depend on
+when it ran).
 Writes bench/results/streaming-writers[-quick]-<date>.json.
 """
 
@@ -45,6 +46,8 @@ TARGET_ROWS = 50_000
 """recluster's output files (Delta's OPTIMIZE keeps its default target size)."""
 STARTUP_SECONDS = 600.0
 MODES = ("recluster", "optimize")
+MASTER = "local[4]"
+"""Task slots of the Delta Spark side: a DML statement's tasks need not queue behind a whole micro-batch's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,7 @@ def run_writers(mode: str, seconds: float, work: Path, *, rate: int = RATE) -> W
     spark_log = work / "delta-spark.log"
     with spark_log.open("ab") as sink:
         writer = subprocess.Popen(
-            command, stdout=sink, stderr=subprocess.STDOUT, cwd=work, env=referee_environment(work)
+            command, stdout=sink, stderr=subprocess.STDOUT, cwd=work, env=referee_environment(work, master=MASTER)
         )
     watch = None
     watch_log = work / "watch.log"
@@ -252,7 +255,7 @@ def main(quick: bool = False, modes: tuple[str, ...] = MODES, label: str = "") -
     missing = referee_missing()
     if missing:
         raise SystemExit(missing)
-    seconds = 60.0 if quick else 300.0
+    seconds = 60.0 if quick else 600.0
     runs = {}
     for mode in modes:
         with tempfile.TemporaryDirectory(prefix=f"streaming-writers-{mode}-") as work:
@@ -273,7 +276,7 @@ def main(quick: bool = False, modes: tuple[str, ...] = MODES, label: str = "") -
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.streaming_writers_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="1-minute runs instead of 5-minute ones")
+    parser.add_argument("--quick", action="store_true", help="1-minute runs instead of 10-minute ones")
     parser.add_argument("--modes", default=",".join(MODES), help="runs to make (default: recluster,optimize)")
     parser.add_argument("--label", default="", help="added to the results file's name")
     arguments = parser.parse_args()
