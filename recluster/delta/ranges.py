@@ -92,11 +92,9 @@ def _newest_pointer(uri: str, storage_options: Mapping[str, str], columns: Seque
     filesystem = table_filesystem(uri, storage_options)
     selector = pafs.FileSelector(stored_location(uri, RANGES_DIRECTORY), allow_not_found=True)
     prefix = f"{POINTER_PREFIX}{key_fingerprint(columns)}-"
-    sequences = [
-        int(info.base_name[len(prefix) : -len(".json")])
-        for info in filesystem.get_file_info(selector)
-        if info.base_name.startswith(prefix) and info.base_name.endswith(".json")
-    ]
+    names = [info.base_name for info in filesystem.get_file_info(selector)]
+    numbers = [n[len(prefix) : -len(".json")] for n in names if n.startswith(prefix) and n.endswith(".json")]
+    sequences = [int(number) for number in numbers if number.isdigit()]
     if not sequences:
         return None
     newest = max(sequences)
