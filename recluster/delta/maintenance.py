@@ -33,6 +33,7 @@ from recluster.delta.storage import (
     read_log_actions,
     remove_stored_files,
 )
+from recluster.delta.storage_faults import describe_storage_error
 from recluster.settings import MaintenanceSettings
 
 _INTERVAL_UNITS = {
@@ -167,7 +168,8 @@ def referenced_files(table_uri: str, storage_options: Mapping[str, str] | None =
     try:
         table.load_as_version(oldest)
     except Exception as error:  # the oldest JSON may predate a checkpoint that is gone: refuse, never guess
-        raise TableError(f"cannot load the oldest retained version {oldest} of {table_uri}: {error}") from None
+        problem = describe_storage_error(error)  # one line: delta-rs's error is a chain of them
+        raise TableError(f"cannot load the oldest retained version {oldest} of {table_uri}: {problem}") from None
     paths = {unquote(p) for p in pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()}
     for version in versions[1:]:
         actions = read_log_actions(location, version, storage_options)
