@@ -16,15 +16,19 @@ from recluster.core.blocks import parse_data_file_name
 from recluster.core.keys import bounds_drifted
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.ranges import (
+    CurrentRanges,
     current_range_bounds,
     publish_range_bounds,
     sample_range_bounds,
     store_range_bounds,
 )
+from recluster.delta.storage import read_log_actions
 from recluster.engine.api import read_snapshot
 from recluster.engine.ranges import prepare_range_bounds
+from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, RANGES_PROPERTY, Settings
 from tests.helpers import main_json, row_multiset
+from tests.s3_server import moto_server
 from tests.test_curves import SMALL_FILES, ours, random_pairs
 
 SETTINGS = Settings(clustering={"target_rows": 3000})  # type: ignore[arg-type]
@@ -134,3 +138,35 @@ def test_clean_and_vacuum_keep_the_bounds(tmp_path: Path, capsys: Any) -> None:
     DeltaTable(str(path)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert sorted(p.name for p in (path / "_recluster").iterdir()) == stored
     assert read_snapshot(str(path), settings=SETTINGS).key.bounds is not None
+
+
+def test_on_s3_bounds_are_published_put_if_absent_and_read_with_one_listing_per_load(tmp_path: Path) -> None:
+    with moto_server(tmp_path) as s3:
+        uri, options = s3.table_uri("curve"), s3.options()
+        rng = np.random.default_rng(5)
+        for _ in range(4):
+            data = pa.table({"a": rng.integers(0, 10**6, 3000), "b": rng.integers(0, 10**6, 3000)})
+            write_deltalake(uri, data, mode="append", storage_options=options)
+        expected = DeltaTable(uri, storage_options=options).to_pyarrow_table()
+        version = set_table_properties(uri, {CLUSTER_BY_PROPERTY: "a,b"}, options)
+        settings = Settings(storage_options=options, clustering={"target_rows": 2000})  # type: ignore[arg-type]
+        loader = snapshot_loader(uri, settings, None)
+        recluster_table(uri, loader, settings=settings, spark_factory=lambda: None, final=True)
+        before = len(s3.requests())
+        snapshot = loader()
+        listings = [r for r in s3.requests()[before:] if r.startswith("GET") and "list-type=2" in r]
+        assert len([r for r in listings if "_recluster" in r]) == 1, listings
+        current = current_range_bounds(snapshot.uri, options, ("a", "b"))
+        assert snapshot.key.bounds is not None and current.bounds == snapshot.key.bounds and current.sequence == 1
+        assert not publish_range_bounds(snapshot.uri, options, snapshot.key.bounds, CurrentRanges(None, 0), 0)
+        stored = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=uri.split("/", 3)[3] + "/_recluster/")
+        assert len(stored["Contents"]) == 2  # the bounds and their one pointer
+        table = DeltaTable(uri, storage_options=options)
+        assert RANGES_PROPERTY not in table.metadata().configuration
+        commits = range(version + 1, table.version() + 1)
+        assert commits and all(
+            "metaData" not in action and "protocol" not in action
+            for commit in commits
+            for action in read_log_actions(uri, commit, options)
+        )
+        assert row_multiset(table.to_pyarrow_table()) == row_multiset(expected)
