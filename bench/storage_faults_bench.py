@@ -9,9 +9,11 @@ files, data files, checkpoints, `_last_checkpoint`, listings, batch deletes) at 
 per cell and command, plus one fault kind forced on the first commit PUT of each command that commits (in turn:
 answer lost, 500 after it was applied, reset before it, 503). Before the second `run`, a commit fails with outputs
 the store will not delete (every commit PUT reset, every delete answered 500, no client retries: orphans for
-`clean`). Tables alternate between object_store's own retries (10, as deployed) and two (more faults reach
-recluster's code) until `--faults` faults were injected; then `recluster watch` runs through the front while appends
-land, under faults on the log's reads and the matrix. Appends are delta-rs's, straight to moto.
+`clean`), and when orphans are left after `clean` and `maintain` failed under faults, `clean` runs again without
+faults (as a user would run it again). Tables alternate between object_store's own retries (10, as deployed) and
+two (more faults reach recluster's code) until `--faults` faults were injected; then `recluster watch` runs through
+the front while appends land, under faults on the log's reads and the matrix. Appends are delta-rs's, straight to
+moto.
 
 After every command, on a copy of the table taken around the front: Delta Spark (the tests' referee, `./dev
 referee`) reads exactly the rows appended (count + order-independent hash; rows lost and duplicated counted when
@@ -66,24 +68,22 @@ WATCH_LOG_RULES = (
 """The watch's extra rules on the log's reads: (kind, target, method, rate, budget)."""
 
 
-def orphans_cleaned(step: StepResult) -> int:
-    """Orphans the command reports it deleted (`clean`, and `maintain`'s orphan pass)."""
-    report = step.report or {}
-    found = report.get("orphans", {}) if step.operation is Operation.MAINTAIN else report
-    return len(found.get("orphans", [])) if isinstance(found, dict) and found.get("deleted") else 0
-
-
-def step_record(table: int, retries: int | None, step: StepResult) -> dict[str, Any]:
+def step_record(table: int, step: StepResult, before: tuple[str, ...]) -> dict[str, Any]:
+    """One command's figures; `before`: the orphans the table had before it."""
     report = step.report or {}
     check = step.check
     return {
         "table": table,
         "operation": str(step.operation),
-        "client_retries": "default" if retries is None else retries,
+        "client_retries": "default" if step.client_retries is None else step.client_retries,
         "faults": len(step.faults),
         "faults_by_kind": dict(Counter(str(f.kind) for f in step.faults)),
+        "commit_put_faults": dict(
+            Counter(str(f.kind) for f in step.faults if f.target is Target.COMMIT and f.method == "PUT")
+        ),
         "exit_code": step.exit_code,
         "error": (step.error.splitlines() or [""])[-1],
+        "stderr": step.error[-2000:] if step.honesty_problem() else "",
         "reported": {k: report[k] for k in ("tasks", "conflicts", "failures") if k in report},
         "commits_landed": step.landed,
         "honesty_problem": step.honesty_problem(),
@@ -94,7 +94,8 @@ def step_record(table: int, retries: int | None, step: StepResult) -> dict[str, 
         "duplicated_rows": check.duplicated_rows,
         "dangling": list(check.dangling),
         "orphans_left": len(check.orphans),
-        "orphans_cleaned": orphans_cleaned(step),
+        "orphans_before": len(before),
+        "orphans_gone": len(set(before) - set(check.orphans)),
         "seconds": round(step.seconds, 1),
     }
 
@@ -115,6 +116,8 @@ def run_table(run: FaultRun, steps: tuple[Operation, ...], first: int) -> None:
             run.client_retries = retries
         rules = (*forced(operation, first + index), *matrix_rules(RATE, BUDGET, run.prefix))
         logged(run.step(operation, rules), run)
+    if run.steps[-1].check.orphans:  # `clean` and `maintain` failed under faults before removing them: run it again
+        logged(run.step(Operation.CLEAN, ()), run)
 
 
 def logged(step: StepResult, run: FaultRun) -> None:
@@ -154,7 +157,18 @@ def summary(records: list[dict[str, Any]], faults: Counter[tuple[str, str, str]]
         "lost_rows": total("lost_rows"),
         "duplicated_rows": total("duplicated_rows"),
         "dangling_log_entries": sum(len(r["dangling"]) for r in records),
-        "orphans_cleaned": total("orphans_cleaned"),
+        "orphans_made": sum(r["orphans_left"] - r["orphans_before"] + r["orphans_gone"] for r in records),
+        "orphans_cleaned": total("orphans_gone"),
+        "commit_put_faults": dict(
+            sum((Counter(r["commit_put_faults"]) for r in records), Counter[str]()).most_common()
+        ),
+        "lost_answer_commands_reported_exactly": sum(
+            1
+            for r in records
+            if {"lost_response", "applied_error"} & set(r["commit_put_faults"])
+            and r["commits_landed"]
+            and r["reported"].get("tasks") == r["commits_landed"]
+        ),
         "orphans_left_at_the_end": sum(r["orphans_left"] for r in last_of_table.values()),
         "honesty_problems": [
             f"{r['table']} {r['operation']}: {r['honesty_problem']}" for r in records if r["honesty_problem"]
@@ -177,26 +191,27 @@ def main(quick: bool = False, seed: int = SEED, faults: int = 200) -> dict[str, 
         referee = Referee(work)
         try:
             with moto_server(work) as s3, FaultFront(s3.endpoint, work / "front.log") as front:
-                runs: list[tuple[FaultRun, int | None]] = []
+                runs: list[FaultRun] = []
                 while sum(cells.values()) < target or len(runs) < 2 - quick:
                     retries = None if len(runs) % 2 == 0 else 2
                     folder = work / f"table-{len(runs)}"
                     folder.mkdir()
                     run = FaultRun(s3, front, referee, folder, seed + len(runs), client_retries=retries)
-                    runs.append((run, retries))
+                    runs.append(run)
                     run_table(run, steps, first=len(runs) * len(steps))
                     cells.update((str(f.kind), str(f.target), str(s.operation)) for s in run.steps for f in s.faults)
                 if not quick:
                     folder = work / "watch"
                     folder.mkdir()
                     run = FaultRun(s3, front, referee, folder, seed + len(runs), client_retries=1)
-                    runs.append((run, 1))
+                    runs.append(run)
                     run.append(2)
                     step = run.step(Operation.WATCH, watch_rules(run.prefix), watch_appends=4)
                     log(f"watch: exit {step.exit_code}, {len(step.faults)} faults, {step.landed} commits")
                     cells.update((str(f.kind), str(f.target), str(step.operation)) for f in step.faults)
-                for index, (run, retries) in enumerate(runs):
-                    records += [step_record(index, retries, step) for step in run.steps]
+                for index, run in enumerate(runs):
+                    before = [(), *(step.check.orphans for step in run.steps)]
+                    records += [step_record(index, s, b) for s, b in zip(run.steps, before, strict=False)]
         finally:
             referee.stop()
     result: dict[str, Any] = {

@@ -6,9 +6,13 @@ Shared by tests/reliability/test_storage_faults.py and bench/storage_faults_benc
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import os
 import time
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
@@ -24,7 +28,7 @@ from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.faults.checks import TableCheck, check_table
 from tests.faults.front import FaultFront
 from tests.faults.plan import FaultKind, FaultRule, InjectedFault, Target
-from tests.helpers import run_cli, seen_version, start_watch, stop_watch, wait_for
+from tests.helpers import cli_environment, run_cli, seen_version, start_watch, stop_watch, wait_for
 from tests.referee import Referee
 from tests.s3_server import S3Server, s3_environment
 
@@ -110,6 +114,8 @@ class StepResult:
     """Commits of ours the log gained during the step."""
     check: TableCheck
     seconds: float
+    client_retries: int | None
+    """object_store's retries the command ran with (None: its default)."""
 
     def honesty_problem(self) -> str | None:
         """Why the command's exit code or report does not match what the log gained, or its error is not one line
@@ -149,6 +155,9 @@ class FaultRun:
     """object_store's own retries for delta-rs (storage option max_retries; None: its default, 10): fewer let more
     faults through to recluster's code. obstore's commit PUTs keep the default: it retries a 5xx answer (then
     finds its own object: 412), never a PUT whose answer was lost or whose connection was reset."""
+    in_process: bool = False
+    """Commands run by `recluster.cli.main` in this process (no interpreter start per command) instead of as
+    `python -m recluster.cli` subprocesses; `watch` is always a subprocess."""
     rows_per_append: int = 1_000
     uri: str = ""
     appended: list[pa.Table] = field(default_factory=list)
@@ -240,9 +249,8 @@ class FaultRun:
                 code, report, error = self._watch(watch_appends)
             else:
                 arguments = [*self.command(operation), "--json", *self.settings(overrides or {})]
-                done = run_cli(*arguments, env=self.environment())
-                code, error = done.returncode, done.stderr.strip()
-                report = json.loads(done.stdout) if done.returncode == 0 or done.stdout.startswith("{") else None
+                code, stdout, error = self._cli(arguments)
+                report = json.loads(stdout) if code == 0 or stdout.startswith("{") else None
         finally:
             self.front.plan(self.seed)
         seconds = time.monotonic() - started
@@ -250,9 +258,27 @@ class FaultRun:
         check = check_table(self.s3, self.uri, self.referee, pa.concat_tables(self.appended), self._copy())
         landed = len(check.task_ids - self.task_ids)
         self.task_ids |= check.task_ids
-        result = StepResult(operation, faults, code, report, error if code else "", landed, check, seconds)
+        error = error if code else ""
+        result = StepResult(operation, faults, code, report, error, landed, check, seconds, self.client_retries)
         self.steps.append(result)
         return result
+
+    def _cli(self, arguments: list[str]) -> tuple[int, str, str]:
+        """`recluster ARGUMENTS` through the front: exit code, stdout, stderr (stripped). In this process with
+        `in_process` (the exit code is what `main` returns; an exception it lets through is a traceback and 1)."""
+        if not self.in_process:
+            done = run_cli(*arguments, env=self.environment())
+            return done.returncode, done.stdout, done.stderr.strip()
+        from recluster.cli import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with environment(cli_environment(self.environment())), redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(arguments)
+            except Exception:
+                traceback.print_exc(file=err)
+                code = 1
+        return code, out.getvalue(), err.getvalue().strip()
 
     def _copy(self) -> Path:
         return self.work / f"copy-{len(self.steps)}"
@@ -297,3 +323,16 @@ class FaultRun:
 
 def seen_at_least(log: Path, version: int) -> bool:
     return seen_version(log) >= version
+
+
+@contextlib.contextmanager
+def environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """os.environ is exactly `variables` inside, as it was outside."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

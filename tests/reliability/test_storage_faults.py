@@ -141,7 +141,7 @@ def test_seeded_fault_run_keeps_every_table_whole(s3, front, referee, tmp_path) 
     cell and command), the first commit PUT of each command that commits forced as above; then a commit that fails
     with outputs the store will not delete, `clean` and `maintain`. `python -m bench.storage_faults_bench` runs the
     long one."""
-    run = FaultRun(s3, front, referee, tmp_path, SEED)
+    run = FaultRun(s3, front, referee, tmp_path, SEED, in_process=True)
     run.append(6)
     for operation, kind in FORCED.items():
         step = run.step(
