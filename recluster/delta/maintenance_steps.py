@@ -48,6 +48,10 @@ CHECKED_FEATURES = frozenset(
         "domainMetadata",
         "rowTracking",
         "clustering",
+        # and the rest recluster rewrites (recluster/delta/snapshot.py), on one more table
+        "timestampNtz",
+        "vacuumProtocolCheck",
+        "allowColumnDefaults",
     }
 )
 """Features every step was checked with. A legacy protocol (no feature lists: writer version 6 or less, reader 2 or
