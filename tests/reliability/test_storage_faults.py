@@ -6,6 +6,8 @@ exact), every file the log references exists, the command's exit code and report
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from recluster.delta.log import LOG_GAP, read_commits
 from recluster.delta.object_store import put_new_object
@@ -21,7 +24,7 @@ from tests.faults.front import FaultFront
 from tests.faults.plan import Decider, FaultKind, FaultPlan, FaultRule, Target, classify
 from tests.faults.runs import ORPHANING_SETTINGS, FaultRun, Operation, matrix_rules, orphaning_rules
 from tests.s3_server import S3Server, moto_server
-from triggers.delta_log import CommitRange, commit_rows, newest_version
+from triggers.delta_log import CommitRange, DeltaLogStreamReader, commit_rows, newest_version
 
 SEED = 20261127
 
@@ -126,6 +129,29 @@ def test_a_transient_log_read_error_is_never_a_gap(s3: S3Server, front: FaultFro
     assert [e.operation for e in read_commits(uri, 1, 2, options)] == [LOG_GAP, "WRITE"]
 
 
+def test_the_source_backs_a_table_off_while_its_log_cannot_be_probed(s3: S3Server, front: FaultFront) -> None:
+    """A 500 on the probe of the next commit file: that table has no new commits this trigger (the query goes on),
+    is not probed again until its backoff passed, then catches up."""
+    uri = s3.table_uri("backoff")
+    for value in range(2):
+        write_deltalake(uri, pa.table({"k": [value]}), mode="append", storage_options=s3.options())
+    options = {**s3.through(front.endpoint).options(), "max_retries": "0"}
+    reader = DeltaLogStreamReader({"tables": json.dumps([uri]), "storageOptions": json.dumps(options)})
+    start = {"tables": {uri: 0}}
+    prefix = uri.removeprefix(f"s3://{s3.bucket}/")
+    front.plan(SEED, FaultRule(FaultKind.SERVER_ERROR, Target.COMMIT, ("HEAD",), budget=1, prefix=prefix))
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # no exception: no new commits for now
+    probes = front.requests()["HEAD commit"]
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # within its backoff: not probed
+    assert front.requests()["HEAD commit"] == probes
+    failure = reader.backoff.get(uri)
+    assert failure is not None and failure.attempts == 1
+    time.sleep(max(0.0, failure.retry_at - time.time()) + 0.1)
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"tables": {uri: 1}}
+    assert reader.backoff.get(uri) is None
+    front.plan(SEED)
+
+
 FORCED = {
     Operation.FINAL: FaultKind.LOST_RESPONSE,
     Operation.INCREMENTAL: FaultKind.APPLIED_ERROR,
@@ -189,4 +215,4 @@ def test_watch_rides_out_errors_on_log_reads(s3, front, referee, tmp_path) -> No
     probes = [f for f in step.faults if f.method == "HEAD" and f.target is Target.COMMIT]
     assert len(probes) >= 3, Counter((f.kind, f.target, f.method) for f in step.faults)  # the source's own probes
     log = Path(step.report["log"]).read_text() if step.report else ""
-    assert "delta-log source: table=" in log and "reason=storage_error" in log
+    assert "reason=storage_error attempts=" in log  # the source backed the table off at least once
