@@ -1,5 +1,6 @@
 """Streaming writers beside the job (issue 41 item 4): `python -m bench.streaming_writers_bench [--quick]`
-(`--modes recluster` for one run, `--label old-code` to name the results file of a run on other code).
+(`--modes recluster` for one run, `--label old-code` to name the results file of a run on other code,
+`--trigger-seconds 10` for the job's trigger).
 
 A Delta Spark Structured Streaming writer (Delta Spark 4.4 on pyspark 4.2, the tests' referee environment,
 `./dev referee`: bench/streaming_writers_spark.py) appends rate-source rows every second to a `CLUSTER BY (a, b)` table
@@ -46,6 +47,8 @@ TARGET_ROWS = 50_000
 """recluster's output files (Delta's OPTIMIZE keeps its default target size)."""
 STARTUP_SECONDS = 600.0
 MODES = ("recluster", "optimize")
+TRIGGER_SECONDS = 1.0
+"""`recluster watch --trigger-seconds`: how often the job looks at the log (and may merge what came)."""
 MASTER = "local[4]"
 """Task slots of the Delta Spark side: a DML statement's tasks need not queue behind a whole micro-batch's."""
 
@@ -59,6 +62,8 @@ class WritersRun:
     seconds: float
     writer_active: bool
     writer_error: str | None
+    writer_failed_after: float | None
+    """Seconds from the writer's start to its query's failure (None: it stayed active)."""
     stream_batches: int
     rows: int
     dml: int
@@ -105,10 +110,10 @@ def commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
     return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
 
 
-def start_watch(table: Path, work: Path, output: Path) -> subprocess.Popen[bytes]:
+def start_watch(table: Path, work: Path, output: Path, trigger_seconds: float) -> subprocess.Popen[bytes]:
     """`recluster watch` on the table (its liquid clustering columns are the key) in its own process group."""
     command = [sys.executable, "-m", "recluster.cli", "watch", "--table", str(table)]
-    command += ["--checkpoint", str(work / "watch-checkpoint"), "--trigger-seconds", "1"]
+    command += ["--checkpoint", str(work / "watch-checkpoint"), "--trigger-seconds", str(trigger_seconds)]
     command += ["--starting-version", "earliest", "--set", f"clustering.target_rows={TARGET_ROWS}"]
     command += ["--set", "spark.master=local[1]", "-v"]
     environment = {k: v for k, v in os.environ.items() if not k.upper().startswith("RECLUSTER_")}
@@ -148,8 +153,11 @@ def shadow_rows(referee: Referee, table: Path, shadow: Path, dml: list[dict[str,
     return referee.read(shadow)
 
 
-def run_writers(mode: str, seconds: float, work: Path, *, rate: int = RATE) -> WritersRun:
-    """One run (see the module's docstring) in `work`; `mode` is `recluster` or `optimize`."""
+def run_writers(
+    mode: str, seconds: float, work: Path, *, rate: int = RATE, trigger_seconds: float = TRIGGER_SECONDS
+) -> WritersRun:
+    """One run (see the module's docstring) in `work`; `mode` is `recluster` (its job triggered every
+    `trigger_seconds`) or `optimize`."""
     table, events, go = work / "table", work / "events.jsonl", work / "go"
     command = [str(REFEREE_PYTHON), str(SPARK_SIDE), "--jars", str(REFEREE_JARS), "--table", str(table)]
     command += ["--checkpoint", str(work / "writer-checkpoint"), "--events", str(events), "--go", str(go)]
@@ -167,7 +175,7 @@ def run_writers(mode: str, seconds: float, work: Path, *, rate: int = RATE) -> W
         wait_for_event(events, "created", writer, STARTUP_SECONDS)
         created = len(log_commits(table))
         if mode == "recluster":
-            watch = start_watch(table, work, watch_log)
+            watch = start_watch(table, work, watch_log, trigger_seconds)
             wait_for_watching(watch, watch_log)
         log(f"{mode}: writing for {seconds:.0f} s")
         go.touch()
@@ -196,6 +204,7 @@ def measured(mode: str, seconds: float, work: Path, created: int, rate: int) -> 
     for event in failed:
         name = f"{event['kind']}: {event['conflict']} after {event['winner']}"
         conflicts[name] = conflicts.get(name, 0) + 1
+    started = next(e for e in events if e["event"] == "writing")
     stopped = next(e for e in events if e["event"] == "stopped")
     writer_failed = next((e for e in events if e["event"] == "writer_failed"), None)
     (work / "referee").mkdir()
@@ -213,6 +222,7 @@ def measured(mode: str, seconds: float, work: Path, created: int, rate: int) -> 
         seconds=seconds,
         writer_active=bool(stopped["active"]) and writer_failed is None,
         writer_error=writer_failed["error"] if writer_failed else None,
+        writer_failed_after=writer_failed["t"] - started["t"] if writer_failed else None,
         stream_batches=int(stopped["batches"]),
         rows=read.num_rows,
         dml=len(dml),
@@ -250,7 +260,9 @@ def summary(ours: WritersRun | None, theirs: WritersRun | None) -> list[list[Any
     ]
 
 
-def main(quick: bool = False, modes: tuple[str, ...] = MODES, label: str = "") -> dict[str, Any]:
+def main(
+    quick: bool = False, modes: tuple[str, ...] = MODES, label: str = "", trigger_seconds: float = TRIGGER_SECONDS
+) -> dict[str, Any]:
     """Both runs (or those `modes` name); `label` goes into the results file's name (e.g. `old-code`)."""
     missing = referee_missing()
     if missing:
@@ -259,7 +271,7 @@ def main(quick: bool = False, modes: tuple[str, ...] = MODES, label: str = "") -
     runs = {}
     for mode in modes:
         with tempfile.TemporaryDirectory(prefix=f"streaming-writers-{mode}-") as work:
-            runs[mode] = run_writers(mode, seconds, Path(work))
+            runs[mode] = run_writers(mode, seconds, Path(work), trigger_seconds=trigger_seconds)
         log(f"{mode}: {runs[mode]}")
     result = {
         "seconds": seconds,
@@ -267,6 +279,7 @@ def main(quick: bool = False, modes: tuple[str, ...] = MODES, label: str = "") -
         "dml_every_seconds": DML_EVERY,
         "optimize_every_seconds": OPTIMIZE_EVERY,
         "target_rows": TARGET_ROWS,
+        "watch_trigger_seconds": trigger_seconds,
         "runs": {mode: asdict(run) for mode, run in runs.items()},
     }
     title = f"Streaming writer and DML beside recluster watch vs Delta OPTIMIZE every {OPTIMIZE_EVERY:.0f} s"
@@ -279,5 +292,6 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="1-minute runs instead of 10-minute ones")
     parser.add_argument("--modes", default=",".join(MODES), help="runs to make (default: recluster,optimize)")
     parser.add_argument("--label", default="", help="added to the results file's name")
+    parser.add_argument("--trigger-seconds", type=float, default=TRIGGER_SECONDS, help="recluster watch's trigger")
     arguments = parser.parse_args()
-    main(arguments.quick, tuple(arguments.modes.split(",")), arguments.label)
+    main(arguments.quick, tuple(arguments.modes.split(",")), arguments.label, arguments.trigger_seconds)
