@@ -38,6 +38,7 @@ from bench.figures import (
     table,
     whole,
 )
+from bench.storage_faults_report import storage_faults
 from bench.summary_figures import (
     big_table,
     cluster,
@@ -359,6 +360,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "absorb-presets": absorb_presets,
     "absorb-time": absorb_time,
     "memory": memory,
+    "storage-faults": storage_faults,
     "depth-picture": picture("docs/depth-random-40.svg", "random_40"),
     "depth-over-time": picture("depth-random-400.svg", "random_400"),
 }

@@ -165,7 +165,7 @@ class FaultRun:
     task_ids: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.uri = self.uri or self.s3.table_uri("faults")
+        self.uri = self.uri or f"s3://{self.s3.bucket}/faults-{self.seed}"  # a name the seed fixes, as its faults
         self.rng = np.random.default_rng(self.seed)
 
     @property
