@@ -173,3 +173,19 @@ def test_a_failure_book_survives_pickling_as_spark_ships_a_source_that_holds_one
     book.failed("t", OSError("x"), now=0)
     copy = pickle.loads(pickle.dumps(book))
     assert copy.get("t") == book.get("t") and copy.failed("t", OSError("x"), now=0).attempts == 2
+
+
+def test_a_storage_error_while_estimating_is_logged_and_the_estimate_thread_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recluster.engine import estimate
+    from recluster.engine.optimizer import history_store
+    from recluster.settings import Settings, StreamSettings
+
+    def unreachable(uri: str, **kwargs: Any) -> Any:
+        raise OSError(errno.ECONNRESET, "Generic S3 error: connection reset by peer")
+
+    monkeypatch.setattr(estimate, "estimate_table", unreachable)
+    settings = Settings(stream=StreamSettings(checkpoint_location=str(tmp_path / "checkpoint")))
+    store = history_store(settings)
+    assert estimate.record_estimate(str(tmp_path / "t"), settings=settings, store=store) is None

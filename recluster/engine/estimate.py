@@ -35,6 +35,7 @@ from recluster.delta.maintenance import DEFAULT_DELETED_FILE_RETENTION_HOURS, pa
 from recluster.delta.ranges import sample_range_bounds
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import file_location, table_filesystem
+from recluster.delta.storage_faults import describe_storage_error, storage_fault
 from recluster.engine.api import read_snapshot, selection_bounds
 from recluster.engine.estimate_record import latest_projection
 from recluster.settings import Settings
@@ -263,8 +264,11 @@ def record_estimate(uri: str, *, settings: Settings, store: HistoryStore) -> Pro
         return None
     try:
         estimate = estimate_table(uri, settings=settings)
-    except TableError as error:
-        log.warning("recluster table=%s reason=estimate_failed error=%s", uri, error)
+    except Exception as error:  # a storage error too: the estimate thread must not die (tried again on restart)
+        if not isinstance(error, TableError) and storage_fault(error) is None:
+            log.exception("recluster table=%s reason=estimate_failed", uri)
+        else:
+            log.warning("recluster table=%s reason=estimate_failed error=%s", uri, describe_storage_error(error))
         return None
     now = time.time()
     projected = estimate.projected(now)
