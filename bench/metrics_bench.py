@@ -1,4 +1,4 @@
-"""Benchmark of the clustering metrics (DESIGN §4): full computation at scale and the incremental state.
+"""Benchmark of the clustering metrics (docs/concepts.md): full computation at scale and the incremental state.
 
 Run from the project root:
 

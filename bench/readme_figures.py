@@ -224,7 +224,7 @@ def compare_peers(results: Results) -> str:
         f"{num(z['write_amplification_at_half'])} -> {num(z['write_amplification'])} from {p['batches'] // 2} to "
         f"{p['batches']} appends). The `levels` policy keeps depth at about the number of non-empty levels "
         f"({whole(ours['final_average_depth'])} here) because each level sits at its own threshold and files are "
-        "never merged across levels (DESIGN §5 predicted exactly this), and it does not exploit time-ordered keys. "
+        "never merged across levels (as docs/concepts.md predicts), and it does not exploit time-ordered keys. "
         f"It wins only on time-averaged depth ({num(ours['time_averaged_average_depth'])} vs "
         f"{num(z['time_averaged_average_depth'])} for z_order on (a): the periodic strategies climb to depth "
         f"{span((r['pre_maintenance_average_depth_last'] for r in periodic), whole)} before each run). The `absorb` "

@@ -1,4 +1,4 @@
-"""The long-running job: Delta commits stream in, `foreachBatch` keeps tables clustered (DESIGN §7).
+"""The long-running job: Delta commits stream in, `foreachBatch` keeps tables clustered (docs/streaming.md).
 
 Only wiring lives here: the trigger source (the Delta log, or Kafka commit events read by recluster's Python source
 or by Spark's own) started as a Structured Streaming query whose batches go to the engine's `ReclusterHandler`, and

@@ -1,4 +1,4 @@
-"""The job's HTTP endpoints for Kubernetes probes and Prometheus (DESIGN §9).
+"""The job's HTTP endpoints for Kubernetes probes and Prometheus (docs/operations.md).
 
 A stdlib `ThreadingHTTPServer` in a daemon thread, started by `recluster watch --http-port N`:
 

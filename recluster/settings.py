@@ -1,4 +1,4 @@
-"""All configuration, typed, in one place (DESIGN §9).
+"""All configuration, typed, in one place (docs/operations.md).
 
 Resolution order, highest first: CLI overrides (`--set section.field=value`), environment variables
 (`RECLUSTER_` prefix, `__` between nested names, e.g. `RECLUSTER_CLUSTERING__DEPTH_RATIO=0.2`), the YAML
@@ -49,7 +49,7 @@ class _Section(BaseModel):
 
 
 class ClusteringSettings(_Section):
-    """How selection and merges behave (DESIGN §5-6)."""
+    """How selection and merges behave (docs/concepts.md#selection-policies-6)."""
 
     depth_ratio: float = Field(0.1, gt=0)
     """Level threshold = clamp(blocks_in_level * depth_ratio, 1, max_depth_threshold)."""
@@ -106,7 +106,7 @@ class MergeSettings(_Section):
 
 
 class SelectionSettings(_Section):
-    """Which selection policy plans the rounds (DESIGN §5), and the `absorb` policy's one knob."""
+    """Which selection policy plans the rounds (docs/concepts.md), and the `absorb` policy's one knob."""
 
     policy: Policy = Policy.ABSORB
     """`absorb` (overlap-aware ratio rule; the default: shallower than `levels` at equal rewriting on the
@@ -194,7 +194,7 @@ class TableSettings(_Section):
 
 
 class OptimizerGroup(_Section):
-    """A named share of the cluster for optimizing and reclustering (DESIGN §8): one Spark FAIR pool."""
+    """A named share of the cluster for optimizing and reclustering (docs/operations.md): one Spark FAIR pool."""
 
     policy: Literal["quota", "balanced"] = "quota"
     """quota: the table with the lowest quota occupation first; balanced: the longest since last optimized first."""
@@ -218,7 +218,7 @@ class MaintenanceSettings(_Section):
 
 
 class SelfOptimizingSettings(_Section):
-    """Defaults of the `self-optimizing.*` table properties and the optimizer groups (DESIGN §8, Amoro's names).
+    """Defaults of the `self-optimizing.*` table properties and the optimizer groups (docs/operations.md; Amoro names).
 
     A table property of the same name (with dashes and dots, e.g. `self-optimizing.minor.trigger.file-count`)
     overrides the default for that table; intervals are milliseconds as in Amoro.
@@ -265,7 +265,7 @@ class SelfOptimizingSettings(_Section):
 
 
 class KafkaSettings(_Section):
-    """The Kafka commit-event source and the metrics topic (DESIGN §7)."""
+    """The Kafka commit-event source and the metrics topic (docs/streaming.md)."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     """The Kafka brokers, `host:port[,host:port...]`."""
@@ -319,7 +319,7 @@ class StreamSettings(_Section):
 
 
 class KubernetesSettings(_Section):
-    """Spark on Kubernetes (client mode: this process is the driver, executors are pods; DESIGN §9).
+    """Spark on Kubernetes (client mode: this process is the driver, executors are pods; docs/operations.md).
 
     When enabled, `recluster watch` derives the Spark master and the `spark.kubernetes.*`, driver and executor
     settings from this section (recluster/k8s.py); keys set in `spark.conf` still win over the derived ones.

@@ -71,7 +71,7 @@ METRIC_KEYS = [
     "p99_depth",
     "block_depth_histogram",
 ]
-"""The metric keys of `recluster info --json`, in order (the DESIGN §4 contract)."""
+"""The metric keys of `recluster info --json`, in order (the docs/concepts.md#depth-and-levels contract)."""
 
 EMPTY_METRICS = {
     "total_block_count": 0,

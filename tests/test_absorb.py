@@ -46,7 +46,7 @@ def overlaps(a: Block, b: Block) -> bool:
 
 
 def oracle(blocks: list[Block], beta: float) -> tuple[int, set[str]] | None:
-    """DESIGN §5 literally: runs by age; the first run i, walking from the oldest, with rows(newer runs) >=
+    """docs/concepts.md literally: runs by age; the first run i, walking from the oldest, with rows(newer runs) >=
     beta * rows(files of run i overlapping newer data) absorbs all newer runs (unless nothing overlaps)."""
     ages = sorted({file_age(b)[0] for b in blocks})
     runs = [[b for b in blocks if file_age(b)[0] == age] for age in ages]
@@ -190,7 +190,7 @@ def assert_done(table: ModelTable, absorb: tuple[str, int | None] | None, pendin
 
 
 def test_random_keys_stay_shallow_at_low_write_amplification():
-    """The rule's known figures on random keys (DESIGN §5 simulation: ~2.6 at WA 2.8 for beta 1)."""
+    """The rule's known figures on random keys (docs/concepts.md simulation: ~2.6 at WA 2.8 for beta 1)."""
     rng = np.random.default_rng(3)
     table = ModelTable(100_000)
     depths = []

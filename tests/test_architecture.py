@@ -1,4 +1,4 @@
-"""The layout is the architecture (DESIGN §2): a pure core, one-way imports, no cycles, small modules."""
+"""The layout is the architecture (docs/architecture.md): a pure core, one-way imports, no cycles, small modules."""
 
 from __future__ import annotations
 

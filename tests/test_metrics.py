@@ -1,4 +1,4 @@
-"""Clustering metrics (recluster/core/metrics.py) against a brute-force oracle written from DESIGN §4.
+"""Clustering metrics (recluster/core/metrics.py) against a brute-force oracle written from docs/concepts.md.
 
 The oracle works on plain Python values (ints, or (int | None, str | None) tuples with NULL first and
 strings by UTF-8 bytes), never on encoded bytes, and is O(n^2): for every block it counts directly.

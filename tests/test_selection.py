@@ -1,4 +1,4 @@
-"""Selection (recluster/core/selection/) against a brute-force oracle written from DESIGN §4/§5.
+"""Selection (recluster/core/selection/) against a brute-force oracle written from docs/concepts.md#depth-and-levels/§5.
 
 Blocks are generated as plain integer ranges (`Spec`); the oracle reads those ints, O(n^2), never the
 encoded keys. The code under test reads `Block`s built the way `table.blocks_from_actions` builds them
@@ -201,7 +201,7 @@ def rng(spec: Spec) -> tuple[int, int]:
 
 
 def oracle_greedy(pool: Sequence[Spec], threshold: float) -> list[tuple[set[str], int]]:
-    """Generous-bounds selection for one pool, from DESIGN §5: nothing unless avg depth > threshold; else
+    """Generous-bounds selection for one pool, from docs/concepts.md: nothing unless avg depth > threshold; else
     runs deepest first (leftmost first among equals), each run's not-yet-used covering blocks form a task."""
     if len(pool) < 2:
         return []

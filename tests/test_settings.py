@@ -1,4 +1,4 @@
-"""Settings resolution (DESIGN §9): defaults < YAML file < RECLUSTER_ environment < --set overrides."""
+"""Settings resolution (docs/operations.md): defaults < YAML file < RECLUSTER_ environment < --set overrides."""
 
 from __future__ import annotations
 

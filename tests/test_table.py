@@ -1,7 +1,7 @@
 """Snapshots of real Delta tables (written with delta-rs under tmp_path) -> blocks -> clustering info.
 
 Every expectation is computed from the data the test wrote (per-file min/max, NULL first), never from the
-code under test; the depth figures come from a brute-force O(n^2) oracle written from DESIGN §4.
+code under test; the depth figures come from a brute-force O(n^2) oracle written from docs/concepts.md#depth-and-levels.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def sort_key(values: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def column_min_max(values: Sequence[Any]) -> tuple[Any, Any]:
-    """Per-column (min, max) of one file as DESIGN §3 defines it: min NULL when the column has nulls."""
+    """Per-column (min, max) of one file as docs/concepts.md defines it: min NULL when the column has nulls."""
     present = [v for v in values if v is not None]
     if not present:
         return None, None
@@ -93,7 +93,7 @@ def file_range(data: pa.Table, key: Sequence[str]) -> tuple[tuple[Any, ...], tup
 
 
 def oracle(ranges: Sequence[tuple[Any, Any]]) -> dict[str, Any]:
-    """Depth metrics of DESIGN §4 by direct counting; ranges are (min, max) of comparable keys."""
+    """Depth metrics of docs/concepts.md by direct counting; ranges are (min, max) of comparable keys."""
     if not ranges:
         return {
             "average_depth": 1.0,

@@ -71,7 +71,7 @@ def file_ranges(path: Path, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """(mins, maxes, rows) of the first key column per live file, from the Delta log's stats.
 
     A file without stats gets the whole int64 range (it is always scanned). Timestamp maxes are widened by
-    999 us: Delta keeps millisecond stats, so a max stat can be below the real max (DESIGN §3).
+    999 us: Delta keeps millisecond stats, so a max stat can be below the real max (docs/concepts.md).
     """
     actions = add_actions(path)
     rows = np.asarray(actions["num_records"].to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -124,7 +124,7 @@ class Queries:
 
 
 def depth(path: Path, settings: Settings, key: Sequence[str]) -> tuple[float, int, int]:
-    """(average_depth, p99_depth, files) by recluster's own metrics (DESIGN §4)."""
+    """(average_depth, p99_depth, files) by recluster's own metrics (docs/concepts.md#depth-and-levels)."""
     info = clustering_info(read_snapshot(str(path), settings=settings, cluster_by=list(key)).blocks)
     return info.table.average_depth, info.table.p99_depth, info.table.total_block_count
 

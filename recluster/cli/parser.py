@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser(
         "info",
         help="how well a table is clustered (depth, overlaps, histogram; per level)",
-        description="Clustering information of a Delta table by its cluster key (DESIGN §4 metrics).",
+        description="Clustering information of a Delta table by its cluster key (docs/concepts.md metrics).",
     )
     info.add_argument("table", metavar="TABLE_URI", help="table path, file:// or object-store URI")
     info.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")

@@ -1,4 +1,4 @@
-"""Clustering information (DESIGN §4) and the incremental per-level state. Pure: numpy only, no I/O.
+"""Clustering information (docs/concepts.md) and the incremental per-level state. Pure: numpy only, no I/O.
 
 One depth implementation (`ranked_depth_profile`) serves the reported metrics and selection, so they can never
 disagree. Keys are rank-encoded (distinct min/max tuples become points 0..P-1: sorted at once by `depth_profile`,
@@ -23,7 +23,7 @@ from recluster.core.pruning import column_scan_fractions
 from recluster.core.ranks import IntArray, as_words, rank_keys, word_key
 
 EMPTY_AVERAGE_DEPTH = 1.0
-"""A table with no clustered blocks is perfectly clustered (Databend reports 0.0; DESIGN §4 says 1.0)."""
+"""A table with no clustered blocks is perfectly clustered (Databend reports 0.0; docs/concepts.md says 1.0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ def nearest_rank(counts: IntArray, percent: float) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ClusteringMetrics:
-    """The metric keys of DESIGN §4 for one set of blocks (a table, a level, a partition)."""
+    """The metric keys of docs/concepts.md#depth-and-levels for one set of blocks (a table, a level, a partition)."""
 
     total_block_count: int
     constant_block_count: int

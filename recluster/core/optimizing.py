@@ -1,4 +1,4 @@
-"""Self-optimizing (DESIGN §8, Amoro's ideas on Delta). Pure: blocks, properties and history in; health,
+"""Self-optimizing (docs/operations.md, Amoro's ideas on Delta). Pure: blocks, properties and history in; health,
 the pending work, plans and the scheduling order out. No I/O.
 
 Appended files (level 0: what writers produced) smaller than target_size / fragment_ratio are *fragments*,

@@ -1,4 +1,4 @@
-"""Where the merge kernel cuts a sorted partition into output files (DESIGN §6): pure row arithmetic, shared by
+"""Where the merge kernel cuts a sorted partition into output files (docs/guarantees.md): pure row arithmetic, shared by
 the kernel (recluster/spark/kernel.py) and the models that project what merges will do
 (recluster/core/estimate/)."""
 

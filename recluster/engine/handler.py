@@ -1,4 +1,4 @@
-"""The `foreachBatch` handler of the streaming job (DESIGN §7): commit entries in, bounded work out.
+"""The `foreachBatch` handler of the streaming job (docs/streaming.md): commit entries in, bounded work out.
 
 Each micro-batch applies every commit's adds/removes to the table's per-level state (initialised from the snapshot
 just before the first commit seen, so a restart rebuilds it from the log), plans when a level's average depth
@@ -217,7 +217,7 @@ class ReclusterHandler:
             self.metrics.publish((r.table, with_estimate(r, self.history.records()).model_dump_json()) for r in records)
 
     def _run_scheduled(self, touched: Mapping[str, bool]) -> list[MetricsRecord]:
-        """One scheduling pass over every tracked table (DESIGN §8): reclustering and optimizing share the
+        """One scheduling pass over every tracked table (docs/operations.md): reclustering and optimizing share the
         optimizer groups; per group the policy orders tables with due work, a table over its quota waits.
         `touched` maps tables with new commits in this batch to whether a commit was not ours."""
         now = time.time()

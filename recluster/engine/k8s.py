@@ -1,4 +1,4 @@
-"""Spark on Kubernetes settings derived from the `kubernetes:` section (DESIGN §9).
+"""Spark on Kubernetes settings derived from the `kubernetes:` section (docs/operations.md).
 
 The job runs in client mode: the `recluster watch` process in the driver pod is the Spark driver and
 executors are pods it creates through the API server. Executors reach the driver through a headless

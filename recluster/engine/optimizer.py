@@ -1,4 +1,4 @@
-"""Running self-optimizing processes and reporting on them (DESIGN §8): the engine behind
+"""Running self-optimizing processes and reporting on them (docs/operations.md#self-optimizing): the engine behind
 `recluster optimize`, `recluster status` and the job's scheduled optimizing.
 
 A process reads the snapshot, decides (or is told) its type, plans with recluster/core/optimizing.py, runs the

@@ -1,4 +1,4 @@
-"""The merge kernel (DESIGN §6), plain Arrow: sorted rows in, Parquet files with full Delta stats out.
+"""The merge kernel (docs/guarantees.md), plain Arrow: sorted rows in, Parquet files with full Delta stats out.
 
 `write_sorted_partition` cuts files where the key value changes (a value never spans two outputs unless it alone
 exceeds the target), names them with their level and key fingerprint and writes them through pyarrow.fs with the

@@ -18,7 +18,7 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 def fair_scheduler_pools(groups: Mapping[str, OptimizerGroup]) -> str:
     """A FAIR scheduler allocation file: one pool per optimizer group, guaranteed its cores (minShare) and
-    weighted by them, so one group's big table cannot starve another group (DESIGN §8)."""
+    weighted by them, so one group's big table cannot starve another group (docs/operations.md#self-optimizing)."""
     pools = "".join(
         f'  <pool name="{escape(name)}"><schedulingMode>FAIR</schedulingMode>'
         f"<weight>{group.cores}</weight><minShare>{group.cores}</minShare></pool>\n"

@@ -1,4 +1,4 @@
-"""Delta Spark as the referee (DESIGN §10): a client for tests/referee/server.py, which runs Delta Spark in its
+"""Delta Spark as the referee (docs/guarantees.md): a client for tests/referee/server.py, which runs Delta Spark in its
 own venv and JVM (`./dev referee` installs pyspark 4.2 there and Delta's jars from Maven Central with the pom
 beside this file). The product never needs it."""
 

@@ -1,4 +1,4 @@
-"""Which blocks to merge (DESIGN §5). Pure: blocks and bounds in, an immutable plan out, no I/O.
+"""Which blocks to merge (docs/concepts.md). Pure: blocks and bounds in, an immutable plan out, no I/O.
 
 One entry point for every policy: `plan` holds the values, `levels` and `absorb` one module each. Adding a policy:
 a module here, a `Policy` member, a branch in `select_merge_tasks`.

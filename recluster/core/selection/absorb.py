@@ -198,7 +198,7 @@ def absorb_slices(table: BlockTable, files: IntArray, bounds: SelectionBounds, b
 
     A slice is the longest prefix, in key order of the files' minimums, within max_task_bytes and
     max_task_files, but at least two files (one file alone would stall the absorb: an absorb is never
-    skipped, DESIGN §5); later slices of the same round start above every earlier slice's range, so their
+    skipped, docs/concepts.md); later slices of the same round start above every earlier slice's range, so their
     outputs never meet. Files wider than a slice (appended files spanning the domain) come first in that
     order: the first slice sorts them, and their rows beyond its range become narrow files of the absorbing
     run that later slices merge. What is left is resumed next round from the log (`decide_absorb`).

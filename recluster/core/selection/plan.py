@@ -1,4 +1,4 @@
-"""What a round plans (DESIGN §5): the values every selection policy returns. Pure."""
+"""What a round plans (docs/concepts.md#selection-policies): the values every selection policy returns. Pure."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from recluster.core.ranks import IntArray
 
 
 class Policy(StrEnum):
-    """The selection policies (DESIGN §5); FINAL rounds are the same for both."""
+    """The selection policies (docs/concepts.md#selection-policies); FINAL rounds are the same for both."""
 
     LEVELS = "levels"
     ABSORB = "absorb"

@@ -1,4 +1,4 @@
-"""Sorted runs (DESIGN §5) recovered from the log alone, as `absorb` and its time-like decision see them. Pure."""
+"""Sorted runs (docs/concepts.md) found from the log alone, as `absorb` and its time-like decision see them. Pure."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from recluster.core.ranks import IntArray
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One sorted run (DESIGN §5) as `Block`s: the files sharing an age (see `Runs`)."""
+    """One sorted run (docs/concepts.md#selection-policies) as `Block`s: the files sharing an age (see `Runs`)."""
 
     age_ms: int
     files: tuple[Block, ...]
