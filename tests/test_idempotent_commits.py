@@ -21,6 +21,7 @@ from obstore.exceptions import GenericError, PermissionDeniedError
 
 from recluster.core.errors import StorageError, TableError
 from recluster.delta import log_writer
+from recluster.delta.log import TASK_ID_KEY
 from recluster.delta.storage_faults import StorageFault, storage_fault
 from tests.helpers import append_random, main_json, row_multiset, run_main
 
@@ -168,7 +169,7 @@ def test_the_commit_loop_retries_transient_errors_and_stops_at_permanent_ones(ta
             failure = next(errors, None)
             if failure is not None:
                 raise failure
-            return [{"commitInfo": {"operation": "TEST", log_writer.TASK_ID_KEY: "t-1"}}]
+            return [{"commitInfo": {"operation": "TEST", TASK_ID_KEY: "t-1"}}]
 
         return prepare
 

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from obstore.exceptions import BaseError
 
 from recluster.core.errors import StorageError, TableError
-from recluster.delta.log import TASK_ID_KEY
+from recluster.delta.log import read_commits
 from recluster.delta.replay import LogReplayError, replay_log
 from recluster.delta.snapshot import open_table
 from recluster.delta.storage import normalize_uri, put_if_absent, read_log_actions
@@ -80,15 +80,8 @@ def own_commit(
 ) -> int | None:
     """The version first..last whose commitInfo carries `task_id`, if any: a commit of ours whose creation was not
     seen (its response lost, the store reporting "already exists" to the client's own retry)."""
-    for version in range(max(first, 0), last + 1):
-        try:
-            actions = read_log_actions(table_uri, version, storage_options)
-        except FileNotFoundError:
-            continue  # cleaned up behind a checkpoint: older than anything we wrote
-        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        if info.get(TASK_ID_KEY) == task_id:
-            return version
-    return None
+    found = (e.version for e in read_commits(table_uri, max(first, 0), last, storage_options) if e.task_id == task_id)
+    return next(found, None)
 
 
 class CommitFailed(Exception):
