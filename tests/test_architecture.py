@@ -15,13 +15,14 @@ LAYERS = {
     "recluster.settings": 0,
     "recluster.settings_input": 0,
     "recluster.delta": 1,
+    "recluster.merge": 2,
     "recluster.spark": 2,
     "recluster.engine": 3,
     "triggers": 3,
     "recluster.cli": 4,
     "jobs": 4,
 }
-"""cli/jobs -> engine (and triggers, which adapt sources to the log's CommitEntry) -> spark -> delta -> core.
+"""cli/jobs -> engine (and triggers, which adapt sources to the log's CommitEntry) -> merge, spark -> delta -> core.
 A module may import its own layer and those below it, never one above."""
 
 IMPURE = (

@@ -31,8 +31,8 @@ from recluster.delta.file_blocks import blocks_from_log_adds
 from recluster.delta.file_stats import delta_stats, parse_stats, stats_text
 from recluster.engine.optimizer import optimize_table
 from recluster.engine.rounds import recluster_table, snapshot_loader
+from recluster.merge.kernel import float_column_options
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
-from recluster.spark.kernel import float_column_options
 from tests.delta_spark_tables import our_versions
 from tests.extreme_values import (
     BATCHES,

@@ -24,8 +24,8 @@ from recluster.core.selection import select_merge_tasks
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.api import selection_bounds
 from recluster.engine.rounds import snapshot_loader, write_task
+from recluster.merge.in_process import range_ids
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
-from recluster.spark.in_process import range_ids
 from tests.helpers import row_multiset
 from tests.table_shapes import add_deletion_vector, read_with_delta_rs, set_protocol_features
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from recluster.core.blocks import parse_data_file_name
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
+from recluster.merge.kernel import file_segments, files_for_rows
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
-from recluster.spark.kernel import file_segments, files_for_rows
 from tests.helpers import row_multiset
 
 pytestmark = pytest.mark.spark

@@ -41,7 +41,8 @@ from recluster.delta.storage import require_safe_commits
 from recluster.engine.api import selection_bounds
 from recluster.engine.estimate_record import estimate_vs_actual
 from recluster.engine.ranges import prepare_range_bounds
-from recluster.engine.rounds import SnapshotLoader, execute_plan, needs_spark, recluster_table
+from recluster.engine.rounds import SnapshotLoader, execute_plan, recluster_table
+from recluster.merge.placement import needs_spark
 from recluster.settings import Settings, history_location
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ def run_process(
     try:
         if plan.tasks:
             outcomes = execute_plan(
-                spark_factory() if any(needs_spark(task, settings) for task in plan.tasks) else None,
+                spark_factory() if needs_spark(plan.tasks, settings) else None,
                 plan,
                 snapshot,
                 settings=settings if kind is ProcessType.RECLUSTER else _optimizing_settings(settings, config),

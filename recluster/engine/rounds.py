@@ -31,6 +31,9 @@ from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
 from recluster.delta.storage import require_safe_commits, require_writable
 from recluster.engine.api import open_checked_table, selection_bounds
 from recluster.engine.ranges import prepare_range_bounds
+from recluster.merge.curve_column import CurveSpec
+from recluster.merge.kernel import output_spec
+from recluster.merge.placement import merge_task, needs_spark
 from recluster.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -92,14 +95,8 @@ def final_pool_depth(blocks: Sequence[Block]) -> tuple[int, int]:
 def write_task(
     spark: Any, task: MergeTask, snapshot: TableSnapshot, *, settings: Settings, run_id: str
 ) -> list[WrittenFile]:
-    """Merge one task: its outputs are written into the table location, not yet committed. Tasks of at most
-    merge.in_process_max_bytes run the kernel in this process in one piece, bigger ones range-partitioned where
-    merge.placement says (`needs_spark`)."""
-    from recluster.spark.curve_column import CurveSpec
-    from recluster.spark.in_process import merge_in_process, merge_range_partitioned
-    from recluster.spark.kernel import output_spec
-    from recluster.spark.merge import execute_task
-
+    """Merge one task where `placement_of` says: its outputs are written into the table location, not yet
+    committed."""
     spec = output_spec(
         task,
         table_root=snapshot.uri,
@@ -115,12 +112,7 @@ def write_task(
         curve=CurveSpec.of(snapshot.key),
         row_tracking=task_row_tracking(task, snapshot),
     )
-    merge = settings.merge
-    if task.bytes <= merge.in_process_max_bytes:
-        return merge_in_process(task, spec, threads=merge.resolved_threads)
-    if not needs_spark(task, settings):
-        return merge_range_partitioned(task, spec, threads=merge.resolved_threads, spill_dir=merge.spill_dir)
-    return execute_task(spark, task, spec)
+    return merge_task(spark, task, spec, settings)
 
 
 def task_row_tracking(task: MergeTask, snapshot: TableSnapshot) -> RowTracking | None:
@@ -132,15 +124,6 @@ def task_row_tracking(task: MergeTask, snapshot: TableSnapshot) -> RowTracking |
     except LogReplayError as error:
         raise TableError(str(error)) from None
     return row_tracking_for(snapshot.properties, [block.path for block in task.files], state.row_ids)
-
-
-def needs_spark(task: MergeTask, settings: Settings) -> bool:
-    """Whether the task runs in Spark tasks: above merge.in_process_max_bytes, and placed on Spark by
-    merge.placement (`auto`: only when Spark's master is a cluster, not `local`)."""
-    placement = settings.merge.placement
-    if task.bytes <= settings.merge.in_process_max_bytes or placement == "process":
-        return False
-    return placement == "spark" or not settings.spark.master.startswith("local")
 
 
 def run_task(
@@ -251,7 +234,7 @@ def recluster_table(
             break
         if rounds == 0:
             require_writable(snapshot.uri, "table location")
-        if spark is None and any(needs_spark(task, settings) for task in plan.tasks):
+        if spark is None and needs_spark(plan.tasks, settings):
             spark = spark_factory()
         rounds += 1
         if progress:

@@ -1,1 +1,1 @@
-"""The Spark session and the merge kernel that runs in it."""
+"""The Spark session the job drives: built, configured and given scheduler pools here; merges run elsewhere."""

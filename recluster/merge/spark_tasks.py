@@ -1,4 +1,4 @@
-"""The Spark placement of the merge kernel: the in-process range partitioning (spark/in_process.py) spread over
+"""The Spark placement of the merge kernel: the in-process range partitioning (merge/in_process.py) spread over
 Spark tasks, with Spark moving whole Arrow pieces, never rows.
 
 Spark tasks sample the key columns (the bounds are placed by the driver, on the same sample the in-process
@@ -22,8 +22,8 @@ import pyarrow as pa
 from recluster.core.blocks import WrittenFile
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.storage import executor_storage_options
-from recluster.spark.in_process import RangeRouter, range_bounds, range_router, write_range
-from recluster.spark.kernel import OutputSpec, written_files
+from recluster.merge.in_process import RangeRouter, range_bounds, range_router, write_range
+from recluster.merge.kernel import OutputSpec, written_files
 
 READ_SPLIT_BYTES = 128 << 20
 """Input bytes per routing task (Spark's own Parquet reader splits at the same size)."""

@@ -32,8 +32,8 @@ from recluster.core.curves import sample_quantile_bounds
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.column_mapping import logical_batch, stored_columns
 from recluster.delta.storage import file_location, table_filesystem
-from recluster.spark.curve_column import CURVE_FIELD, curve_column, sort_columns, with_curve_column
-from recluster.spark.kernel import (
+from recluster.merge.curve_column import CURVE_FIELD, curve_column, sort_columns, with_curve_column
+from recluster.merge.kernel import (
     InputSpec,
     OutputSpec,
     read_data_files,

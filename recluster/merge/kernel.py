@@ -3,7 +3,7 @@
 `write_sorted_partition` cuts files where the key value changes (a value never spans two outputs unless it alone
 exceeds the target), names them with their level and key fingerprint and writes them through pyarrow.fs with the
 table's storage options, so the same code writes to a local disk, S3, GCS or Azure. It runs in Spark tasks for big
-merges (spark/merge.py) and in the process for small ones (`merge_in_process`): one function, both placements.
+merges (merge/spark_tasks.py) and in the process for small ones (`merge_in_process`): one function, both placements.
 Inputs are read with their deletion vectors applied (`read_data_files`). Each file's Delta stats come from
 delta/file_stats.py; its Parquet options keep every reader's row-group filters right (`float_column_options`).
 """
@@ -40,8 +40,8 @@ from recluster.delta.file_stats import delta_stats, parse_stats, stats_columns, 
 from recluster.delta.replay import read_deleted_positions
 from recluster.delta.row_tracking import RowTracking, with_row_tracking
 from recluster.delta.storage import file_location, table_filesystem
+from recluster.merge.curve_column import CURVE_FIELD, CurveSpec, with_curve_column
 from recluster.settings import ParquetSettings
-from recluster.spark.curve_column import CURVE_FIELD, CurveSpec, with_curve_column
 
 
 def key_run_starts(table: pa.Table, key: Sequence[str]) -> npt.NDArray[np.int64]:
