@@ -1,5 +1,5 @@
 """Where the merge kernel cuts a sorted partition into output files (docs/guarantees.md): pure row arithmetic, shared by
-the kernel (recluster/spark/kernel.py) and the models that project what merges will do
+the kernel (recluster/merge/kernel.py) and the models that project what merges will do
 (recluster/core/estimate/)."""
 
 from __future__ import annotations

@@ -83,9 +83,9 @@ def calibrate(snapshot: TableSnapshot, settings: Settings) -> Calibration:
     in-process kernel as a merge of the table would (a curve key without range bounds yet: bounds sampled from the
     files first, as the first merge on a curve does): the first file alone, then all of them. The two times give
     the speed (per byte) and the fixed seconds of a merge. Nothing is written to the table."""
-    from recluster.spark.curve_column import CurveSpec
-    from recluster.spark.in_process import merge_in_process
-    from recluster.spark.kernel import output_spec
+    from recluster.merge.curve_column import CurveSpec
+    from recluster.merge.in_process import merge_in_process
+    from recluster.merge.kernel import output_spec
 
     blocks = sorted(
         (snapshot.blocks[i] for i in range(len(snapshot.blocks))), key=lambda b: b.modified_ms or 0, reverse=True
