@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from recluster.core.blocks import Block
-from recluster.core.keys import KeyColumn, KeyType, encode_key
+from recluster.core.key_encoding import encode_key
+from recluster.core.keys import KeyColumn, KeyType
 from recluster.core.metrics import ClusteringState, clustering_info, clustering_metrics
 from recluster.core.ranks import rank_keys
 

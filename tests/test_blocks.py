@@ -29,15 +29,8 @@ from recluster.core.blocks import (
     new_run_id,
     parse_data_file_name,
 )
-from recluster.core.keys import (
-    KeyColumn,
-    KeyType,
-    encode_key,
-    encode_keys,
-    encode_partition,
-    encode_value,
-    key_fingerprint,
-)
+from recluster.core.key_encoding import encode_key, encode_keys, encode_partition, encode_value
+from recluster.core.keys import KeyColumn, KeyType, key_fingerprint
 from tests.helpers import FAST, LIGHT
 
 INT64_MIN = -(1 << 63)

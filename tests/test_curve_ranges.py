@@ -13,7 +13,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.blocks import parse_data_file_name
-from recluster.core.keys import bounds_drifted
+from recluster.core.key_bounds import bounds_drifted
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.ranges import (
     CurrentRanges,

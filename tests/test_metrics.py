@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block
-from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_key
+from recluster.core.key_encoding import encode_key
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.metrics import (
     BlockSet,
     ClusteringInfo,

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from recluster.core.blocks import LEVEL_APPENDED, Block
 from recluster.core.deletion_vectors import DeletionVector
-from recluster.core.keys import KeyColumn, KeyType, encode_key
+from recluster.core.key_encoding import encode_key
+from recluster.core.keys import KeyColumn, KeyType
 from recluster.core.optimizing import (
     Candidate,
     OptimizingConfig,

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from recluster.core.blocks import LEVEL_CONSTANT, MAX_LEVEL, Block, Partition
 from recluster.core.deletion_vectors import DeletionVector
-from recluster.core.keys import KeyColumn, KeyType, encode_key, encode_partition, key_fingerprint
+from recluster.core.key_encoding import encode_key, encode_partition
+from recluster.core.keys import KeyColumn, KeyType, key_fingerprint
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Reason, ReclusterPlan, SelectionBounds, level_threshold
 

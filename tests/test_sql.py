@@ -7,7 +7,8 @@ import datetime as dt
 import pytest
 
 from recluster.core.blocks import Block
-from recluster.core.keys import ClusterKey, KeyColumn, KeyType, encode_key
+from recluster.core.key_encoding import encode_key
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.sql import ClusterByStatement, ReclusterStatement, SqlError, parse_predicate, parse_statement
 
 KEY = ClusterKey((KeyColumn("k", KeyType.INTEGER), KeyColumn("s", KeyType.STRING)))

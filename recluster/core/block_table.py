@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from recluster.core.blocks import Block, Partition, file_age
 from recluster.core.deletion_vectors import DeletionVector
-from recluster.core.keys import arrow_numbers
+from recluster.core.key_encoding import arrow_numbers
 from recluster.core.ranks import (
     BoolArray,
     FloatArray,

@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 
 from recluster.core.block_table import Column, as_table
 from recluster.core.blocks import Block
-from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable_bounds, comparable_values
+from recluster.core.key_bounds import comparable_bounds, comparable_values
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 
 BOUND_POINTS = 100
 """Points taken from a curve's bounds per column (every tenth of 1,000 ranges)."""

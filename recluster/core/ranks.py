@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recluster.core.keys import ONE_NUMBER_KEY_BYTES, VALUE_MARKER
+from recluster.core.key_encoding import ONE_NUMBER_KEY_BYTES, VALUE_MARKER
 
 IntArray = npt.NDArray[np.signedinteger[Any]]
 """Indices, counts and key ranks (int32 where a million of them are kept, int64 elsewhere)."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from recluster.core.blocks import Block
 from recluster.core.curves import Curve
-from recluster.core.keys import DELTA_STRING_STATS_PREFIX, ClusterKey, KeyColumn, KeyType, encode_value
+from recluster.core.key_encoding import encode_value
+from recluster.core.keys import DELTA_STRING_STATS_PREFIX, ClusterKey, KeyColumn, KeyType
 
 TRUNCATED_STRING_MAX = "\U0010ffff"
 TIMESTAMP_STATS_SLACK = dt.timedelta(milliseconds=1)

@@ -3,8 +3,8 @@
 
 Built column-wise: the log's stats become each key column's effective min/max arrays at once (a file with
 NULLs has a NULL minimum, an all-NULL file NULL..NULL) and numeric keys are encoded with numpy
-(`keys.encode_keys`); only a key column without usable log stats falls back to the Parquet footer, read once per
-file and cached (data files are immutable, so the cache never goes stale).
+(`key_encoding.encode_keys`); only a key column without usable log stats falls back to the Parquet footer, read once
+per file and cached (data files are immutable, so the cache never goes stale).
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ from recluster.core.block_table import NO_HORIZON, BlockTable
 from recluster.core.blocks import Block, Partition
 from recluster.core.curves import whole_curve
 from recluster.core.deletion_vectors import DeletionVector, match_deletion_vectors
-from recluster.core.keys import (
-    ClusterKey,
-    KeyColumn,
-    KeyType,
+from recluster.core.key_encoding import (
     arrow_numbers,
     encode_key,
     encode_keys,
@@ -37,6 +34,7 @@ from recluster.core.keys import (
     number_words,
     signed_words,
 )
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.ranks import IntArray, key_arrays
 from recluster.delta.file_names import parse_file_names
 from recluster.delta.storage import file_location, table_filesystem

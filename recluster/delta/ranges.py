@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 from recluster.core.blocks import Block, parse_data_file_name
 from recluster.core.curves import RANGES_PER_COLUMN, RangeBounds, sample_quantile_bounds
 from recluster.core.errors import TableError
-from recluster.core.keys import ClusterKey, bound_to_json, key_fingerprint
+from recluster.core.key_bounds import bound_to_json
+from recluster.core.keys import ClusterKey, key_fingerprint
 from recluster.delta.log import PRODUCER, CommitEntry
 from recluster.delta.storage import file_location, put_if_absent, stored_location, table_filesystem
 

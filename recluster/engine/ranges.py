@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from recluster.core.keys import bounds_drifted
+from recluster.core.key_bounds import bounds_drifted
 from recluster.delta.ranges import current_range_bounds, publish_range_bounds, sample_range_bounds
 from recluster.delta.snapshot import TableSnapshot
 from recluster.settings import RANGES_PROPERTY
@@ -17,7 +17,7 @@ def prepare_range_bounds(snapshot: TableSnapshot) -> bool:
     """Make a curve key's range bounds current before its merges: True when the snapshot's are not (another
     process published newer ones, or this call did), so reload it (every file is unclustered on a new curve; the
     key fingerprint in file names says so). New bounds are sampled from the live files for a key without any, or
-    whose data drifted past them (`keys.bounds_drifted`), and published under `_recluster/`."""
+    whose data drifted past them (`key_bounds.bounds_drifted`), and published under `_recluster/`."""
     key = snapshot.key
     if not key.on_curve or not snapshot.blocks:
         return False

@@ -1,6 +1,6 @@
 """The curve value of every row, as an extra int64 column the merge kernel sorts, partitions and cuts on.
 
-Each key column's Arrow values are brought to the form the range bounds compare (`keys.comparable`: days,
+Each key column's Arrow values are brought to the form the range bounds compare (`key_bounds.comparable`: days,
 microseconds, floats for decimals, strings), ranked by the bounds (`curves.column_ranks`) and the ranks mapped
 to the curve (`curves.curve_values`). The column never reaches a data file: the kernel drops it before writing
 and records each file's lowest and highest value in its name.
@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recluster.core.curves import Curve, column_ranks, curve_values
-from recluster.core.keys import ClusterKey, KeyColumn, KeyType, comparable_bounds
+from recluster.core.key_bounds import comparable_bounds
+from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 
 CURVE_FIELD = pa.field("__recluster_curve", pa.int64(), nullable=False)
 
@@ -30,7 +31,7 @@ class CurveSpec:
     curve: Curve
     columns: tuple[KeyColumn, ...]
     bounds: tuple[tuple[Any, ...], ...]
-    """Per column, its bounds in `keys.comparable` form."""
+    """Per column, its bounds in `key_bounds.comparable` form."""
 
     @classmethod
     def of(cls, key: ClusterKey) -> CurveSpec | None:
@@ -43,7 +44,8 @@ class CurveSpec:
 
 
 def _comparable_numpy(column: pa.ChunkedArray | pa.Array, key_column: KeyColumn) -> npt.NDArray[Any]:
-    """A column's values as numpy in `keys.comparable` form, NULLs filled (their ranks come from the null mask)."""
+    """A column's values as numpy in `key_bounds.comparable` form, NULLs filled (their ranks come from the null
+    mask)."""
     values: npt.NDArray[Any]
     match key_column.type:
         case KeyType.INTEGER | KeyType.BOOLEAN:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block, data_file_name
-from recluster.core.keys import KeyColumn, KeyType, encode_key, key_fingerprint
+from recluster.core.key_encoding import encode_key
+from recluster.core.keys import KeyColumn, KeyType, key_fingerprint
 from recluster.core.metrics import clustering_metrics
 from recluster.core.segments import file_segments, files_for_rows
 from recluster.core.selection import select_merge_tasks
