@@ -17,8 +17,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recluster.core.block_table import NO_HORIZON, BlockTable, column_positions, position
+from recluster.core.block_table import NO_HORIZON, BlockTable
 from recluster.core.blocks import LEVEL_CONSTANT, age_run_id, data_file_name, parse_data_file_name
+from recluster.core.file_columns import column_positions, position
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.metrics import clustering_info
 from recluster.core.selection import select_merge_tasks, time_like_decisions

@@ -9,12 +9,10 @@ case) are held as the unsigned 64-bit words they order as; any other key as byte
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from decimal import Decimal
-from typing import Any, TypeAlias, overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +21,17 @@ import pyarrow.compute as pc
 
 from recluster.core.blocks import Block, Partition, file_age
 from recluster.core.deletion_vectors import DeletionVector
-from recluster.core.key_encoding import arrow_numbers
+from recluster.core.file_columns import (
+    Column,
+    Numbers,
+    column_positions,
+    number_at,
+    numbers_of,
+    position,
+    take_files,
+    total_of,
+    value_at,
+)
 from recluster.core.ranks import (
     BoolArray,
     FloatArray,
@@ -35,76 +43,7 @@ from recluster.core.ranks import (
     word_key,
 )
 
-Numbers: TypeAlias = IntArray | pa.Array | pa.ChunkedArray
-"""Per-file integers (rows, bytes, modification times): numpy, or the log's Arrow column as it came."""
-Column: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[Any]
-"""One key column's per-file values: an Arrow array (built from the log) or a list (built from `Block`s)."""
-
 NO_HORIZON = -1
-_DATE_ORDINAL_OF_EPOCH = dt.date(1970, 1, 1).toordinal()
-
-
-def position(value: Any) -> float:
-    """A first-key value as a number on its axis (NaN: not subtractable, e.g. strings, booleans, NULL). A
-    timestamp without a zone counts as UTC, the same on every machine."""
-    if isinstance(value, bool) or value is None:
-        return float("nan")
-    if isinstance(value, int | float | Decimal):
-        return float(value)
-    if isinstance(value, dt.datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp()
-    if isinstance(value, dt.date):
-        return float(value.toordinal())
-    return float("nan")
-
-
-def column_positions(column: Column) -> FloatArray:
-    """`position` of every value of a column at once where Arrow's type allows."""
-    if not isinstance(column, pa.Array | pa.ChunkedArray):
-        return np.array([position(v) for v in column], dtype=np.float64)
-    kind = column.type
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
-        numbers = pc.cast(column, pa.float64(), safe=False)
-    elif pa.types.is_date32(kind):
-        numbers = pc.add(column.cast(pa.int32()).cast(pa.float64()), float(_DATE_ORDINAL_OF_EPOCH))
-    elif pa.types.is_timestamp(kind):
-        per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[kind.unit]
-        numbers = pc.divide(column.cast(pa.int64()).cast(pa.float64()), per_second)
-    else:
-        return np.full(len(column), np.nan)
-    if numbers.null_count:
-        numbers = numbers.fill_null(np.nan)
-    floats: FloatArray = np.asarray(numbers.to_numpy(zero_copy_only=False), dtype=np.float64)
-    return floats
-
-
-def _number(numbers: Numbers, index: int) -> int:
-    return int(numbers[index].as_py() if isinstance(numbers, pa.Array | pa.ChunkedArray) else numbers[index])
-
-
-def _numbers_of(numbers: Numbers, indices: IntArray | None) -> IntArray:
-    """The numbers of some files as int64 (an Arrow column is converted whole, a short-lived copy: numpy's gather
-    is far faster than Arrow's `take` over many chunks)."""
-    every = numbers if isinstance(numbers, np.ndarray) else arrow_numbers(numbers.cast(pa.int64()), 0)
-    return every if indices is None else every[indices]
-
-
-def _total(numbers: Numbers, indices: IntArray | None) -> int:
-    if indices is None and not isinstance(numbers, np.ndarray):
-        return int(pc.sum(numbers).as_py() or 0)
-    return int(_numbers_of(numbers, indices).sum())
-
-
-def _take(column: Column, indices: IntArray) -> Column:
-    if isinstance(column, pa.Array | pa.ChunkedArray):
-        return column.take(pa.array(indices))
-    return [column[int(i)] for i in indices]
-
-
-def _value(column: Column, index: int) -> Any:
-    if isinstance(column, pa.Array | pa.ChunkedArray):
-        return column[index].as_py()
-    return column[index]
 
 
 class BlockTable(Sequence[Block]):
@@ -252,14 +191,14 @@ class BlockTable(Sequence[Block]):
         if index in self.stats_overrides:
             mins, maxes = self.stats_overrides[index]
         elif self.lows:
-            mins = tuple(_value(c, index) for c in self.lows)
-            maxes = tuple(_value(c, index) for c in self.highs)
+            mins = tuple(value_at(c, index) for c in self.lows)
+            maxes = tuple(value_at(c, index) for c in self.highs)
         else:
             mins = maxes = None
         return Block(
-            str(_value(self.paths, index)),
-            _number(self._rows, index),
-            _number(self._sizes, index),
+            str(value_at(self.paths, index)),
+            number_at(self._rows, index),
+            number_at(self._sizes, index),
             self._key(self.min_keys, index),
             self._key(self.max_keys, index),
             mins,
@@ -267,7 +206,7 @@ class BlockTable(Sequence[Block]):
             int(self.levels[index]),
             self.partitions[self.partition_codes[index]],
             self.fingerprints[self.fingerprint_codes[index]],
-            _number(self._modified, index),
+            number_at(self._modified, index),
             self.deletion_vectors.get(index),
             self.curve_ranges.get(index),
         )
@@ -289,24 +228,24 @@ class BlockTable(Sequence[Block]):
         and keeps it (selection asks partition by partition: a conversion each would cost partitions x files)."""
         numbers: Numbers = getattr(self, name)
         if indices is not None and len(self.partitions) > 1 and not isinstance(numbers, np.ndarray):
-            numbers = _numbers_of(numbers, None)
+            numbers = numbers_of(numbers, None)
             setattr(self, name, numbers)
-        return _numbers_of(numbers, indices)
+        return numbers_of(numbers, indices)
 
     def smallest_first(self, indices: IntArray) -> IntArray:
         """These files ordered by size, then path (one Arrow sort: a backfilled table has a million of them)."""
         if not len(indices):
             return indices
-        columns = pa.table({"size": self.sizes_of(indices), "path": _take(self.paths, indices)})
+        columns = pa.table({"size": self.sizes_of(indices), "path": take_files(self.paths, indices)})
         order = pc.sort_indices(columns, sort_keys=[("size", "ascending"), ("path", "ascending")])
         ordered: IntArray = indices[order.to_numpy()]
         return ordered
 
     def total_rows(self, indices: IntArray | None = None) -> int:
-        return _total(self._rows, indices)
+        return total_of(self._rows, indices)
 
     def total_bytes(self, indices: IntArray | None = None) -> int:
-        return _total(self._sizes, indices)
+        return total_of(self._sizes, indices)
 
     def key_ranks(self) -> tuple[IntArray, IntArray, int]:
         """Every file's minimum and maximum key as int32 ranks among all the table's distinct keys (one sort,
@@ -355,8 +294,8 @@ class BlockTable(Sequence[Block]):
             lows, highs = column_positions(self.lows[0])[indices], column_positions(self.highs[0])[indices]
         else:
             lows, highs = (
-                column_positions(_take(self.lows[0], indices)),
-                column_positions(_take(self.highs[0], indices)),
+                column_positions(take_files(self.lows[0], indices)),
+                column_positions(take_files(self.highs[0], indices)),
             )
         overridden = np.fromiter(self.stats_overrides, dtype=np.int64, count=len(self.stats_overrides))
         for place in np.flatnonzero(np.isin(indices, overridden)).tolist():

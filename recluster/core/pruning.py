@@ -19,8 +19,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recluster.core.block_table import Column, as_table
+from recluster.core.block_table import as_table
 from recluster.core.blocks import Block
+from recluster.core.file_columns import Column
 from recluster.core.key_bounds import comparable_bounds, comparable_values
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 
