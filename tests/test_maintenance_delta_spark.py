@@ -109,7 +109,7 @@ def test_maintenance_keeps_every_feature_table_whole_for_delta_spark(
     assert set(case.split("+")[1:]) <= set(protocol(path)[3])
     referee.sql(f"DELETE FROM {target} WHERE a % 7 = 3")
     before, version, expected = protocol(path), DeltaTable(str(path)).version(), rows(referee, path, recipe)
-    live, logged = live_files(path), replay_log(str(path), None, version, with_row_ids=True)
+    live, logged = live_files(path), replay_log(str(path), None, version)
     vectors = {kept for kept in live if Path(kept).name.startswith("deletion_vector_")}
     if vectors:  # delta-rs's full plan would delete them: vacuum never runs it
         full = DeltaTable(str(path)).vacuum(
@@ -127,7 +127,7 @@ def test_maintenance_keeps_every_feature_table_whole_for_delta_spark(
         result.checkpoint_version == version and (path / "_delta_log" / f"{version:020d}.checkpoint.parquet").exists()
     )
     assert result.log_cleaned and commits(path) == [version]
-    assert replay_log(str(path), None, version, with_row_ids=True) == logged  # now read from our checkpoint alone
+    assert replay_log(str(path), None, version) == logged  # now read from our checkpoint alone
     assert protocol(path) == before
     again = maintain_table(str(path), EVERY_PASS)  # the next pass starts from what this one left
     assert again.vacuumed == () and again.orphans.oldest_version == version, again

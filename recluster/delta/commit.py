@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from deltalake import DeltaTable
 from obstore.exceptions import BaseError
 
 from recluster.core.blocks import Block, WrittenFile
@@ -23,12 +22,12 @@ from recluster.core.errors import TableError
 from recluster.core.outcomes import CommitOutcome, CommitStatus
 from recluster.core.selection.plan import MergeTask
 from recluster.delta.file_stats import stats_text
-from recluster.delta.log import PRODUCER, PRODUCER_KEY, TASK_ID_KEY, read_commits
+from recluster.delta.log import PRODUCER, PRODUCER_KEY, TASK_ID_KEY, CommitEntry, commits_after
+from recluster.delta.log_state import SnapshotLog
 from recluster.delta.log_writer import CommitFailed, commit_info, commit_next_version
-from recluster.delta.replay import LogReplayError, replay_log
+from recluster.delta.replay import LogState
 from recluster.delta.row_tracking import FEATURE as ROW_TRACKING
 from recluster.delta.row_tracking import assign_row_ids
-from recluster.delta.snapshot import open_table
 from recluster.delta.storage import commit_safety_problem, remove_stored_files
 from recluster.delta.storage_faults import describe_storage_error
 from recluster.settings import CommitSettings
@@ -54,6 +53,8 @@ class RewriteCommit:
     metadata: Mapping[str, str] = field(default_factory=dict)
     clustering_provider: str | None = None
     """Set on every add when the outputs are clustered by the table's own clustering columns (Delta liquid)."""
+    log: SnapshotLog | None = field(default=None, repr=False, compare=False)
+    """The log at `read_version` (the snapshot's, replayed once for all its tasks); None: one of its own."""
 
     def actions(self, now: int) -> list[dict[str, Any]]:
         """Removes that match their adds exactly (path as logged, deletion vector) and the outputs' adds."""
@@ -95,14 +96,12 @@ def _remove(block: Block, now: int) -> dict[str, Any]:
     return remove
 
 
-def rewrite_conflict(
-    table_uri: str, storage_options: Mapping[str, str] | None, paths: Sequence[str], after: int, through: int
-) -> str | None:
-    """Why a rewrite of `paths` may not commit over versions after..through, or None: one of them removed an
-    input file (a delete, an update, a new deletion vector, another rewrite), changed the metadata or protocol,
-    or is no longer in the log."""
+def rewrite_conflict(paths: Sequence[str], commits: Sequence[CommitEntry]) -> str | None:
+    """Why a rewrite of `paths` may not commit over `commits` (those since the version it read), or None: one of
+    them removed an input file (a delete, an update, a new deletion vector, another rewrite), changed the metadata
+    or protocol, or is no longer in the log."""
     inputs = {unquote(p) for p in paths}
-    for entry in read_commits(table_uri, after + 1, through, storage_options):
+    for entry in commits:
         if entry.is_gap:
             return f"commit {entry.version} is no longer in the log"
         if entry.metadata_changed:
@@ -122,22 +121,21 @@ def commit_rewrite(
     paths = [b.path for b in commit.removed]
     parameters = {"strategy": "recluster", "filesRemoved": len(commit.removed), "filesAdded": len(commit.added)}
     metadata = {**commit.metadata, TASK_ID_KEY: commit.task_id}
-    checked = [commit.read_version]
+    log = commit.log or SnapshotLog(commit.table_uri, storage_options, commit.read_version)
+    state: list[LogState] = []
+    """The log at the version read, advanced by the commits checked since: no metaData or protocol among them (a
+    conflict), so its configuration and features are the latest; its domains move on (docs/architecture.md)."""
 
-    def prepare(table: DeltaTable, latest: int) -> list[dict[str, Any]]:
-        reason = rewrite_conflict(commit.table_uri, storage_options, paths, checked[0], latest)
+    def prepare(new: Sequence[CommitEntry], latest: int) -> list[dict[str, Any]]:
+        reason = rewrite_conflict(paths, new)
         if reason:
             raise CommitConflict(reason)
-        checked[0] = latest
-        configuration = table.metadata().configuration
+        state[:] = [(state[0] if state else log.state()).advanced(new)]
+        configuration = state[0].metadata.get("configuration", {})
         info = commit_info(commit.table_uri, storage_options, latest, "OPTIMIZE", parameters, metadata, configuration)
         actions = commit.actions(int(time.time() * 1000))
-        if ROW_TRACKING in (table.protocol().writer_features or []):  # fresh ids above the latest high water mark
-            try:
-                domains = replay_log(commit.table_uri, storage_options, latest, with_files=False).domains
-            except LogReplayError as error:
-                raise TableError(str(error)) from None
-            actions += assign_row_ids([a for a in actions if "add" in a], domains, latest + 1)
+        if ROW_TRACKING in state[0].protocol.get("writerFeatures", []):  # fresh ids above the latest high water mark
+            actions += assign_row_ids([a for a in actions if "add" in a], state[0].domains, latest + 1)
         return [info, *actions]
 
     return commit_next_version(
@@ -145,6 +143,7 @@ def commit_rewrite(
         storage_options,
         prepare,
         settings or CommitSettings(),
+        read_version=commit.read_version,
         task_id=commit.task_id,
     )
 
@@ -172,8 +171,10 @@ def commit_task(
     task_id: str,
     settings: CommitSettings,
     clustering_provider: str | None = None,
+    log: SnapshotLog | None = None,
 ) -> CommitOutcome:
-    """Commit one task's outputs, or delete them and say why. Never loses or duplicates a row."""
+    """Commit one task's outputs, or delete them and say why. Never loses or duplicates a row. `log`: the
+    snapshot's at `read_version` (shared by its tasks)."""
     files = tuple(written)
     rows_out = sum(f.rows for f in files)
     unsafe = commit_safety_problem(table_uri, storage_options)
@@ -186,7 +187,7 @@ def commit_task(
         delete_files(table_uri, [f.path for f in files], storage_options)
         return CommitOutcome(task, CommitStatus.FAILED, None, files, failure)
     metadata = commit_metadata(task, run_id=run_id, task_id=task_id, read_version=read_version)
-    commit = RewriteCommit(table_uri, read_version, task.files, files, task_id, metadata, clustering_provider)
+    commit = RewriteCommit(table_uri, read_version, task.files, files, task_id, metadata, clustering_provider, log)
     try:
         return CommitOutcome(task, CommitStatus.COMMITTED, commit_rewrite(commit, storage_options, settings), files)
     except CommitConflict as conflict:
@@ -209,8 +210,7 @@ def own_commit_after(commit: RewriteCommit, storage_options: Mapping[str, str] |
     outputs (which only it could have added): there the commit landed after all. None when the log, read whole
     from the read version on, holds neither; raises when it cannot be read whole (a gap included)."""
     outputs = {unquote(f.path) for f in commit.added}
-    latest = open_table(commit.table_uri, storage_options).version()
-    for entry in read_commits(commit.table_uri, commit.read_version + 1, latest, storage_options):
+    for entry in commits_after(commit.table_uri, commit.read_version, storage_options):
         if entry.is_gap:
             raise TableError(f"commit {entry.version} is no longer in the log")
         if entry.task_id == commit.task_id or outputs.intersection(unquote(a["path"]) for a in entry.adds):

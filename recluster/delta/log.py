@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from recluster.delta.storage import read_log_actions
+from recluster.delta.storage import last_checkpoint_version, read_log_actions
 
 LOG_GAP = "LOG_GAP"
 """Operation of the entry standing for commits cleaned from the log before they were read."""
@@ -46,6 +46,8 @@ class CommitEntry:
     """It carried a metaData or protocol action (or its commits are gone: a gap)."""
     task_id: str | None = None
     """The task id of a rewrite of ours (commitInfo `recluster.taskId`); not carried in rows."""
+    actions: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    """Every action as logged (read from the log only; not carried in rows): what advances a log state."""
 
     @property
     def is_gap(self) -> bool:
@@ -72,6 +74,7 @@ class CommitEntry:
             removes=tuple(a["remove"]["path"] for a in actions if "remove" in a),
             metadata_changed=any("metaData" in a or "protocol" in a for a in actions),
             task_id=info.get(TASK_ID_KEY),
+            actions=tuple(actions),
         )
 
     def row(self) -> tuple[Any, ...]:
@@ -115,3 +118,20 @@ def read_commits(table: str, first: int, last: int, storage_options: Mapping[str
             yield CommitEntry.gap(table, version)
             continue
         yield CommitEntry.from_actions(table, version, actions)
+
+
+def commits_after(table: str, after: int, storage_options: Mapping[str, str] | None) -> list[CommitEntry]:
+    """The commits after version `after`, read by name one by one until the next is absent: what the writer of the
+    next version must check, without listing the log or reopening the table. When the one right after `after` is
+    absent but `_last_checkpoint` names a later version, the log was cleaned behind it: one gap entry for it."""
+    entries: list[CommitEntry] = []
+    while True:
+        version = after + 1 + len(entries)
+        try:
+            actions = read_log_actions(table, version, storage_options)
+        except FileNotFoundError:
+            break
+        entries.append(CommitEntry.from_actions(table, version, actions))
+    if not entries and (last_checkpoint_version(table, storage_options) or -1) > after:
+        return [CommitEntry.gap(table, after + 1)]
+    return entries

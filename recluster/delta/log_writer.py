@@ -14,12 +14,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from deltalake import DeltaTable
 from obstore.exceptions import BaseError
 
 from recluster.core.errors import StorageError, TableError
-from recluster.delta.log import read_commits
-from recluster.delta.replay import LogReplayError, replay_log
+from recluster.delta.log import CommitEntry, commits_after, read_commits
+from recluster.delta.replay import LogState, replay_log
 from recluster.delta.snapshot import open_table
 from recluster.delta.storage import normalize_uri, put_if_absent, read_log_actions
 from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
@@ -88,8 +87,9 @@ class CommitFailed(Exception):
     """A commit could not be written within its attempts or deadline: nothing was committed."""
 
 
-Prepare = Callable[[DeltaTable, int], list[dict[str, Any]]]
-"""Given the table at its latest version, the actions of the next version; raises to give up (a conflict)."""
+Prepare = Callable[[Sequence[CommitEntry], int], list[dict[str, Any]]]
+"""Given the commits read since the previous attempt (or since the version the commit started from) and the latest
+version, the actions of the next version; raises to give up (a conflict)."""
 
 
 def commit_next_version(
@@ -98,20 +98,26 @@ def commit_next_version(
     prepare: Prepare,
     settings: CommitSettings,
     *,
+    read_version: int | None = None,
     task_id: str | None = None,
 ) -> int:
     """THE retry loop of every commit recluster writes; returns the version created.
 
-    Each attempt prepares the actions on top of the latest version and creates the next one only if absent. Another
-    writer took it: prepare again on top of that (the rewrite checks the new commit). A transient storage error: back
-    off and try again; a permanent one: CommitFailed at once. With a `task_id` (carried in the commitInfo) a commit
-    is idempotent: once an attempt may have created a version unseen (an error, or "already exists" that can be our
-    own PUT whose response was lost), every later attempt first looks for our task id from that version on, and
-    finding it is success, never a conflict. Bounded by `settings.max_attempts` and `settings.deadline_seconds`; then
-    CommitFailed. See docs/guarantees.md#idempotent-commits.
+    Each attempt reads the commits after the newest version it knows (from `read_version`, else the table's version
+    when the loop starts) until the next one is absent: that one is the version to create, and what was read is
+    what `prepare` checks, without listing the log or reopening the table (docs/architecture.md#the-log-state).
+    It creates that version only if absent. Another writer took it: prepare again on top of that (the rewrite
+    checks the new commit). A transient storage error: back off and try again; a permanent one: CommitFailed at
+    once. With a `task_id` (carried in the commitInfo) a commit is idempotent: once an attempt may have created a
+    version unseen (an error, or "already exists" that can be our own PUT whose response was lost), every later
+    attempt first looks for our task id from that version on, and finding it is success, never a conflict.
+    Bounded by `settings.max_attempts` and `settings.deadline_seconds`; then CommitFailed. See
+    docs/guarantees.md#idempotent-commits.
     """
     deadline = time.monotonic() + settings.deadline_seconds
     delay, problem = settings.backoff_seconds, "no attempt"
+    known = read_version
+    """The newest version whose commits a `prepare` has been given."""
     unseen: int | None = None
     """The first version an attempt of ours may have created without seeing it."""
     for attempt in range(1, settings.max_attempts + 1):
@@ -119,13 +125,18 @@ def commit_next_version(
             problem = f"deadline of {settings.deadline_seconds:g} s passed"
             break
         try:
-            table = open_table(table_uri, storage_options)
-            latest = table.version()
+            if known is None:
+                known = open_table(table_uri, storage_options).version()
+            new = commits_after(table_uri, known, storage_options)
+            latest = (
+                open_table(table_uri, storage_options).version() if any(e.is_gap for e in new) else known + len(new)
+            )
             if task_id is not None and unseen is not None:
                 found = own_commit(table_uri, storage_options, task_id, unseen, latest)
                 if found is not None:
                     return found
-            actions = prepare(table, latest)
+            actions = prepare(new, latest)
+            known = latest
             if task_id is not None:
                 unseen = latest + 1 if unseen is None else unseen
             if write_commit(table_uri, storage_options, latest + 1, actions):
@@ -171,12 +182,15 @@ def set_table_properties(
     but for its configuration, and the given domainMetadata actions (a liquid table's clustering columns): the
     protocol (reader/writer features) never changes. Returns the version."""
     location = normalize_uri(str(table_uri))
+    state: list[LogState] = []
+    """The log at the version the last attempt prepared on: replayed once, then advanced."""
 
-    def prepare(table: DeltaTable, version: int) -> list[dict[str, Any]]:
-        try:
-            metadata = dict(replay_log(location, storage_options, version, with_files=False).metadata)
-        except LogReplayError as error:
-            raise TableError(str(error)) from None
+    def prepare(new: Sequence[CommitEntry], version: int) -> list[dict[str, Any]]:
+        if state and not any(entry.is_gap for entry in new):
+            state[0] = state[0].advanced(new)
+        else:
+            state[:] = [replay_log(location, storage_options, version)]
+        metadata = dict(state[0].metadata)
         missing = [field for field in REQUIRED_METADATA_FIELDS if field not in metadata]
         if missing:  # never write a metaData action that would make the table unreadable; retrying cannot help
             raise CommitFailed(

@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,9 @@ from recluster.core.keys import (
 )
 from recluster.delta.column_mapping import stored_name
 from recluster.delta.file_blocks import blocks_from_actions, file_partitions
+from recluster.delta.log_state import SnapshotLog, table_log
 from recluster.delta.ranges import current_range_bounds
+from recluster.delta.replay import LogState
 from recluster.delta.storage import normalize_uri
 from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY
@@ -106,12 +108,7 @@ def liquid_clustering_columns(
     """The logical names of a Delta liquid-clustered table's clustering columns (none: not clustered)."""
     if not liquid_clustering(table):
         return ()
-    from recluster.delta.replay import LogReplayError, replay_log
-
-    try:
-        state = replay_log(normalize_uri(uri or table.table_uri), storage_options, table.version(), with_files=False)
-    except LogReplayError as error:
-        raise TableError(str(error)) from None
+    state = table_log(table, normalize_uri(uri or table.table_uri), storage_options).state()
     domain = state.domains.get(LIQUID_DOMAIN)
     paths = json.loads(domain["configuration"]).get("clusteringColumns", []) if domain else []
     logical = {stored_name(field): field.name for field in arrow_schema(table)}
@@ -230,21 +227,25 @@ class TableSnapshot:
     data_schema: pa.Schema = field(compare=False)
     """The table schema without partition columns: what data files hold."""
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    log: SnapshotLog | None = field(default=None, repr=False, compare=False)
+    """The log at `version`, replayed once on first use and shared (docs/architecture.md#the-log-state); a
+    snapshot made without one gets its own."""
+
+    def __post_init__(self) -> None:
+        if self.log is None:
+            object.__setattr__(self, "log", SnapshotLog(self.uri, self.storage_options, self.version))
+
+    def log_state(self) -> LogState:
+        """Protocol, metadata, domains, deletion vectors and row ids at `version` (one replay, shared)."""
+        return cast(SnapshotLog, self.log).state()
 
 
-def live_deletion_vectors(
-    table: DeltaTable, location: str, storage_options: Mapping[str, str] | None
-) -> Mapping[str, DeletionVector]:
+def live_deletion_vectors(table: DeltaTable, log: SnapshotLog) -> Mapping[str, DeletionVector]:
     """The deletion vector of every live file that has one, read from the log itself (delta-rs's file list does
     not carry them). Only a table whose protocol has the deletionVectors feature can have any."""
     if "deletionVectors" not in (table.protocol().reader_features or []):
         return {}
-    from recluster.delta.replay import LogReplayError, replay_log
-
-    try:
-        return replay_log(location, storage_options, table.version()).deletion_vectors
-    except LogReplayError as error:
-        raise TableError(str(error)) from None
+    return log.state().deletion_vectors
 
 
 def load_snapshot(
@@ -254,8 +255,10 @@ def load_snapshot(
     uri: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     partition: Mapping[str, str] | None = None,
+    log: SnapshotLog | None = None,
 ) -> TableSnapshot:
-    """The table's current blocks (optionally of one partition), keyed and leveled."""
+    """The table's current blocks (optionally of one partition), keyed and leveled. `log`: one already made for
+    this version (a reload of an unchanged table), else the opened table's own."""
     metadata = table.metadata()
     partition_columns = tuple(metadata.partition_columns)
     if partition:
@@ -268,7 +271,9 @@ def load_snapshot(
     actions = pa.table(table.get_add_actions(flatten=True))
     location = normalize_uri(uri or table.table_uri)
     key = with_bounds(key, metadata.configuration, location, storage_options)
-    vectors = live_deletion_vectors(table, location, storage_options)
+    if log is None or (log.uri, log.version) != (location, table.version()):
+        log = table_log(table, location, storage_options)
+    vectors = live_deletion_vectors(table, log)
     if partition:
         wanted = {k: str(v) for k, v in partition.items()}
         codes, partitions = file_partitions(actions, partition_columns)
@@ -292,4 +297,5 @@ def load_snapshot(
         properties=dict(metadata.configuration),
         data_schema=pa.schema([f for f in schema if f.name not in partition_columns]),
         storage_options=dict(storage_options or {}),
+        log=log,
     )

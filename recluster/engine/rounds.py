@@ -13,19 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from deltalake import DeltaTable
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block, WrittenFile, new_run_id
-from recluster.core.errors import TableError
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profile
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan
 from recluster.delta.commit import LIQUID_PROVIDER, commit_task
-from recluster.delta.replay import LogReplayError, replay_log
+from recluster.delta.log_state import SnapshotLog
 from recluster.delta.row_tracking import RowTracking, materialized_columns, row_tracking_for
 from recluster.delta.snapshot import TableSnapshot, load_snapshot, open_table
 from recluster.delta.storage import require_safe_commits, require_writable
@@ -116,14 +115,11 @@ def write_task(
 
 
 def task_row_tracking(task: MergeTask, snapshot: TableSnapshot) -> RowTracking | None:
-    """The row ids a merge of `task` keeps (None: the table tracks none), from the log at the snapshot's version."""
+    """The row ids a merge of `task` keeps (None: the table tracks none), from the log at the snapshot's version
+    (replayed once for all the snapshot's tasks)."""
     if materialized_columns(snapshot.properties) is None:
         return None
-    try:
-        state = replay_log(snapshot.uri, snapshot.storage_options, snapshot.version, with_row_ids=True)
-    except LogReplayError as error:
-        raise TableError(str(error)) from None
-    return row_tracking_for(snapshot.properties, [block.path for block in task.files], state.row_ids)
+    return row_tracking_for(snapshot.properties, [block.path for block in task.files], snapshot.log_state().row_ids)
 
 
 def run_task(
@@ -151,6 +147,7 @@ def run_task(
         task_id=task_id,
         settings=settings.commit,
         clustering_provider=LIQUID_PROVIDER if snapshot.key.liquid else None,
+        log=snapshot.log,
     )
 
 
@@ -289,10 +286,15 @@ class SnapshotLoader:
     opened: list[DeltaTable] = field(default_factory=list, repr=False, compare=False)
     """The table as opened to check it, read by the first call (opening a million-file table costs what listing
     it does); later calls open it anew."""
+    logs: list[SnapshotLog] = field(default_factory=list, repr=False, compare=False)
+    """The log of the last snapshot: a reload at the same version (nothing committed) shares its replay."""
 
     def __call__(self) -> TableSnapshot:
         table = self.opened.pop() if self.opened else open_table(self.uri, self.storage_options)
-        return load_snapshot(table, self.key, uri=self.uri, storage_options=self.storage_options)
+        last = self.logs.pop() if self.logs else None
+        snapshot = load_snapshot(table, self.key, uri=self.uri, storage_options=self.storage_options, log=last)
+        self.logs.append(cast(SnapshotLog, snapshot.log))
+        return snapshot
 
 
 def snapshot_loader(
