@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.merge_bench import RESULTS, log, markdown_table, write_results
+from bench.common import log, markdown_table, write_results
+from docgen.figures import RESULTS
 
 HEADERS = ("benchmark", "measure", "recluster", "baseline", "ratio", "goal")
 

@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 from deltalake import DeltaTable
 
+from bench.common import LogBackup, live_files, log, publish, quick_cli, random_batch
 from bench.compare.measurement import row_fingerprint
-from bench.merge_bench import MB, LogBackup, append, live_files, log, publish, quick_cli, random_batch
-from bench.spark_cluster import Cluster, cluster_config, executor_tree_rss, standalone_cluster
+from docgen.figures import MB
+from tests.spark_cluster import Cluster, cluster_config, executor_tree_rss, standalone_cluster
+from tests.workload_data import append
 
 ROWS_PER_FILE = 1_000_000
 TARGET_ROWS = 2_000_000

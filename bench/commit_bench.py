@@ -24,7 +24,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from bench.merge_bench import log, machine, markdown_table, quick_cli, write_results
+from bench.common import log, machine, markdown_table, quick_cli, write_results
 from recluster.core.blocks import WrittenFile
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.delta.commit import RewriteCommit, commit_rewrite

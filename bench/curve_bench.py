@@ -29,18 +29,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
+from bench.common import log, publish, quick_cli
 from bench.compare.measurement import row_fingerprint
 from bench.curve_data import RealData, flights, lineitem
-from bench.merge_bench import (
-    letters,
-    log,
-    publish,
-    quick_cli,
-    ratio_row,
-)
+from docgen.figures import ratio_row
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings
+from tests.workload_data import letters
 
 COLUMNS = ("a", "b")
 REAL_FILES = 48

@@ -25,10 +25,13 @@ import numpy as np
 from deltalake import DeltaTable
 
 from bench.cluster_bench import PeakExecutorMemory, run_final_on_cluster
+from bench.common import LogBackup, live_files, log, publish, quick_cli, random_batch
 from bench.compare.measurement import batches_fingerprint
-from bench.merge_bench import MB, LogBackup, append, live_files, log, publish, quick_cli, random_batch, ratio_row
-from bench.spark_cluster import CLUSTER_DRIVER_CONF, standalone_cluster
+from docgen.figures import MB
+from docgen.summary_figures import delta_cluster_rows
 from tests.referee import REFEREE_PYTHON, Referee, referee_missing
+from tests.spark_cluster import CLUSTER_DRIVER_CONF, standalone_cluster
+from tests.workload_data import append
 
 ROWS_PER_FILE = 1_000_000
 TARGET_FILE_BYTES = 128 << 20
@@ -99,30 +102,6 @@ def measure_size(label: str, files: int, work: Path) -> dict[str, Any]:
     return {"label": label, "input_files": files, "input_bytes": input_bytes, "rows": expected[0], **sides}
 
 
-def summary_rows(measured: dict[str, Any]) -> list[list[Any]]:
-    """[measure, recluster, Delta, ratio, goal] rows of one table size."""
-    ours, theirs, label = measured["recluster"], measured["delta_zorder"], measured["label"]
-    mbps, bytes_ratio = ours["mb_per_s"] / theirs["mb_per_s"], ours["output_bytes"] / theirs["output_bytes"]
-    memory = max(ours["executor_peak_rss_bytes"]) / max(theirs["executor_peak_rss_bytes"])
-    met = {True: "met", False: "MISSED"}
-    return [
-        ratio_row(f"{label}: cold MB/s", ours["mb_per_s"], theirs["mb_per_s"], f">= 1.2 ({met[mbps >= 1.2]})"),
-        ratio_row(f"{label}: statement MB/s", ours["statement_mb_per_s"], theirs["statement_mb_per_s"], "-"),
-        ratio_row(
-            f"{label}: output MB",
-            ours["output_bytes"] / MB,
-            theirs["output_bytes"] / MB,
-            f"<= 1.0 ({met[bytes_ratio <= 1.0]})",
-        ),
-        ratio_row(
-            f"{label}: largest executor peak RSS, MB",
-            max(ours["executor_peak_rss_bytes"]) / MB,
-            max(theirs["executor_peak_rss_bytes"]) / MB,
-            f"<= 1.0 ({met[memory <= 1.0]})",
-        ),
-    ]
-
-
 def main(quick: bool = False) -> dict[str, Any]:
     missing = referee_missing()
     if missing:
@@ -132,7 +111,7 @@ def main(quick: bool = False) -> dict[str, Any]:
     for label, files in sizes.items():
         with tempfile.TemporaryDirectory(prefix="recluster-delta-cluster-") as scratch:
             measured.append(measure_size(label, files, Path(scratch)))
-    rows = [row for size in measured for row in summary_rows(size)]
+    rows = [row for size in measured for row in delta_cluster_rows(size)]
     result = {"quick": quick, "target_file_bytes": TARGET_FILE_BYTES, "sizes": measured}
     return publish(
         "delta-cluster", "FINAL in Spark tasks vs Delta OPTIMIZE ZORDER BY, 2-worker cluster", quick, rows, result

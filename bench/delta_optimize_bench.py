@@ -34,11 +34,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from bench.common import log, publish, quick_cli
 from bench.compare.measurement import row_fingerprint
 from bench.curve_bench import random_predicates, scan_shares
 from bench.curve_data import RealData, flights, lineitem
-from bench.merge_bench import letters, log, publish, quick_cli, ratio_row
+from docgen.summary_figures import delta_optimize_rows
 from tests.referee import Referee, referee_missing
+from tests.workload_data import letters
 
 COMMITS = 20
 OUTPUT_FILES = 32
@@ -172,40 +174,6 @@ def measure_data_set(data: RealData, scratch: Path, builder: Referee) -> dict[st
     }
 
 
-def summary_rows(name: str, measured: dict[str, Any]) -> list[list[Any]]:
-    """The summary of one data set from its measured layouts (the figures are made from the same)."""
-    layouts = measured["layouts"]
-    c1, c2 = measured["columns"]
-    rows: list[list[Any]] = []
-    pairs = [
-        (f"recluster FINAL ({c1})", f"Delta ZORDER BY ({c1})", (c1,)),
-        (f"recluster FINAL ({c1}, {c2})", f"Delta ZORDER BY ({c1}, {c2})", (c1, c2)),
-        ("recluster FINAL (liquid table)", "Delta liquid OPTIMIZE FULL", (c1, c2)),
-    ]
-    for ours, theirs, columns in pairs:
-        mine, delta = layouts[ours], layouts[theirs]
-        label = f"{name}: {ours} vs {theirs}"
-        rows.append(ratio_row(f"{label}, MB/s (cold)", mine["mb_per_second"], delta["mb_per_second"], ">= 2x"))
-        warm = mine["warm_mb_per_second"], delta["warm_mb_per_second"]
-        rows.append(ratio_row(f"{label}, MB/s of the statement alone (its process already started)", *warm, ""))
-        rows.append(
-            ratio_row(f"{label}, output MB", mine["output_bytes"] / 1e6, delta["output_bytes"] / 1e6, "<= 1.0x")
-        )
-        rows.append(ratio_row(f"{label}, output files", mine["files"], delta["files"], ""))
-        read = [[side["files_read"][c] for c in columns] for side in (mine, delta)]
-        if len(columns) == 1:
-            rows.append(ratio_row(f"{label}, files read by a {c1} predicate", read[0][0], read[1][0], "<= 1.0x"))
-            continue
-        rows.extend(
-            ratio_row(f"{label}, files read by a {c} predicate", a, b, "")
-            for c, a, b in zip(columns, *read, strict=True)
-        )
-        rows.append(ratio_row(f"{label}, files read, worst key column", max(read[0]), max(read[1]), "<= 1.0x"))
-        means = (float(np.mean(read[0])), float(np.mean(read[1])))
-        rows.append(ratio_row(f"{label}, files read, mean of the key columns", *means, "<= 1.0x"))
-    return rows
-
-
 def main(quick: bool = False) -> dict[str, Any]:
     missing = referee_missing()
     if missing:
@@ -226,7 +194,7 @@ def main(quick: bool = False) -> dict[str, Any]:
                 work.mkdir()
                 measured = measure_data_set(data, work, builder)
                 result["data_sets"][data.name] = measured
-                rows += summary_rows(data.name, measured)
+                rows += delta_optimize_rows(data.name, measured)
                 shutil.rmtree(work)
         finally:
             builder.stop()

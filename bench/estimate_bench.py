@@ -26,14 +26,15 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from bench.compare.workloads import Workload, bounded_time_batch, time_batch, two_column_batch, uniform_batch
-from bench.merge_bench import LogBackup, append, log, publish, quick_cli, ratio_row
+from bench.common import LogBackup, log, publish, quick_cli
+from docgen.figures import ratio_row
 from recluster.core.metrics import clustering_info
 from recluster.core.pruning import column_scan_fractions
 from recluster.engine.api import read_snapshot
 from recluster.engine.estimate import estimate_table
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
+from tests.workload_data import Workload, append, bounded_time_batch, time_batch, two_column_batch, uniform_batch
 
 WORKLOADS = (
     Workload("uniform", "uniform random int64 keys", ("k",), uniform_batch),

@@ -26,14 +26,9 @@ from typing import Any
 import numpy as np
 from deltalake import DeltaTable
 
+from bench.common import log, publish, quick_cli, random_batch
 from bench.compare.measurement import row_fingerprint
-from bench.merge_bench import (
-    append,
-    log,
-    publish,
-    quick_cli,
-    random_batch,
-)
+from tests.workload_data import append
 
 REPEATS = 3
 APPENDS = 5

@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from bench.merge_bench import log, publish, quick_cli, ratio_row
+from bench.common import log, publish, quick_cli
+from docgen.figures import ratio_row
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.handler import ReclusterHandler
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings, StreamSettings, TableSettings

@@ -25,7 +25,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from bench.merge_bench import SUMMARY_HEADERS, log, markdown_table, summary_records, write_results
+from bench.common import log, markdown_table, write_results
+from docgen.figures import SUMMARY_HEADERS, summary_records
 from recluster.delta.log_writer import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
 

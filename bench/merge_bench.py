@@ -21,208 +21,41 @@ Prints markdown tables and writes JSON to bench/results/merge[-quick]-<YYYY-MM-D
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
-import math
-import os
-import platform
 import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, write_deltalake
 
-from recluster.delta.log_writer import set_table_properties
+from bench.common import (
+    SPARK_SETTINGS,
+    LogBackup,
+    live_files,
+    log,
+    machine,
+    markdown_table,
+    quick_cli,
+    random_batch,
+    raw_spark_sort,
+    start_spark,
+    write_results,
+)
+from docgen.figures import MB, SUMMARY_HEADERS, summary_records
 from recluster.engine.rounds import recluster_table, snapshot_loader
-from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, MergeSettings, Settings, SparkSettings
+from recluster.settings import ClusteringSettings, MergeSettings, Settings
+from tests.workload_data import append
 
-RESULTS = Path(__file__).resolve().parent / "results"
-SPARK_SETTINGS = SparkSettings(master="local[2]", shuffle_partitions=4)
-STRING_WIDTH = 20
-MB = 1_000_000
-
-
-# ---- shared helpers (the other benchmarks import these) --------------------------------------------------------------
-
-
-def start_spark() -> Any:
-    """The one SparkSession of a benchmark script (local[2], 4 shuffle partitions)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from recluster.spark.session import spark_session
-
-    spark = spark_session(SPARK_SETTINGS)
-    if spark.sparkContext.master != SPARK_SETTINGS.master:  # another benchmark left a different session running
-        spark.stop()
-        spark = spark_session(SPARK_SETTINGS)
-    spark.conf.set("spark.sql.shuffle.partitions", str(SPARK_SETTINGS.shuffle_partitions))
-    return spark
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(value: Any) -> str:
-        if isinstance(value, float):
-            return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"
-        if isinstance(value, int):
-            return f"{value:,}"
-        return str(value)
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg": list(os.getloadavg()),
-    }
-
-
-def write_results(name: str, result: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}-{dt.date.today().isoformat()}.json"
-    path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-    return path
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def quick_cli(
-    prog: str, main: Callable[..., Any], quick_help: str | None = None, description: str | None = None
-) -> None:
-    """The command line of a benchmark whose only option is `--quick`: parse it and run `main(quick=...)`."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--quick", action="store_true", help=quick_help)
-    main(quick=parser.parse_args().quick)
-
-
-SUMMARY_HEADERS = ("measure", "recluster", "baseline", "ratio", "goal")
-"""The columns of every benchmark's summary rows (`python -m bench` prints them in one combined table)."""
-
-
-def ratio_row(measure: str, ours: float, theirs: float, goal: str) -> list[Any]:
-    """One summary row: the measure, ours, the baseline's, their ratio and the goal."""
-    return [measure, ours, theirs, ours / theirs, goal]
-
-
-def summary_records(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    """Summary rows as the `summary` list of a result JSON: one {column: value} per row."""
-    return [dict(zip(SUMMARY_HEADERS, row, strict=True)) for row in rows]
-
-
-def publish(
-    name: str, title: str, quick: bool, rows: Sequence[Sequence[Any]], result: dict[str, Any]
-) -> dict[str, Any]:
-    """A benchmark's end: its summary rows and the machine into `result`, the table printed under `title`, the
-    JSON written to bench/results/<name>[-quick]-<date>.json. Returns `result`."""
-    result["machine"] = machine()
-    result["summary"] = summary_records(rows)
-    print(f"\n### {title}\n")
-    print(markdown_table(SUMMARY_HEADERS, rows))
-    print(f"wrote {write_results(f'{name}-quick' if quick else name, result)}")
-    return result
-
-
-def letters(rng: np.random.Generator, rows: int, width: int) -> pa.Array:
-    """`rows` random strings of `width` lowercase letters, built from one buffer."""
-    chars = rng.integers(ord("a"), ord("z") + 1, size=rows * width, dtype=np.uint8)
-    offsets = np.arange(0, (rows + 1) * width, width, dtype=np.int32)
-    return pa.StringArray.from_buffers(rows, pa.py_buffer(offsets.tobytes()), pa.py_buffer(chars.tobytes()))
-
-
-def add_actions(path: Path) -> pa.Table:
-    """The add actions of the latest version, one row per live file (flattened: stats as `min.<col>` etc.)."""
-    return pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
-
-
-# ---- data ----------------------------------------------------------------------------------------------------
-
-
-def random_batch(rng: np.random.Generator, rows: int) -> pa.Table:
-    """Random int64 keys over the whole domain plus a float, a 20-character string and an int payload."""
-    labels = letters(rng, rows, STRING_WIDTH)
-    return pa.table(
-        {
-            "k": pa.array(rng.integers(-(1 << 62), 1 << 62, size=rows, dtype=np.int64)),
-            "v": pa.array(rng.random(rows)),
-            "s": labels,
-            "n": pa.array(rng.integers(0, 1_000_000, size=rows, dtype=np.int32)),
-        }
-    )
-
-
-def append(path: Path, table: pa.Table, key: Sequence[str] = ("k",)) -> None:
-    """Append `table`; the append that creates the table also sets its cluster key (`recluster.clusterBy`)."""
-    create = not (path / "_delta_log").exists()
-    write_deltalake(str(path), table, mode="append")
-    if create:
-        set_table_properties(path, {CLUSTER_BY_PROPERTY: ",".join(key)})
-
-
-def live_files(path: Path) -> list[tuple[str, int, int]]:
-    """(relative path, size, rows) of the live files of the latest version."""
-    actions = add_actions(path)
-    return list(
-        zip(
-            actions["path"].to_pylist(),
-            actions["size_bytes"].to_pylist(),
-            actions["num_records"].to_pylist(),
-            strict=True,
-        )
-    )
+# ---- part 1: throughput --------------------------------------------------------------------------------------
 
 
 def parquet_rows(path: Path, relative: Sequence[str]) -> int:
     """Rows counted from the Parquet footers themselves (not from the log's stats)."""
     return sum(pq.read_metadata(path / p).num_rows for p in relative)
-
-
-# ---- part 1: throughput --------------------------------------------------------------------------------------
-
-
-def raw_spark_sort(spark: Any, files: Sequence[str], rows: int, out: Path) -> float:
-    partitions = math.ceil(rows / 1_000_000)
-    started = time.perf_counter()
-    spark.read.parquet(*files).repartitionByRange(partitions, "k").sortWithinPartitions("k").write.mode(
-        "overwrite"
-    ).parquet(str(out))
-    return time.perf_counter() - started
-
-
-class LogBackup:
-    """Restores a table to its state before a rewrite: the log is copied back, the rewrite's outputs deleted.
-
-    Delta removes are logical, so the input files are still on disk after a recluster commit.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.saved = path.parent / f"{path.name}-log-backup"
-        shutil.copytree(path / "_delta_log", self.saved)
-        self.data = {p for p in os.listdir(path) if p != "_delta_log"}
-
-    def restore(self) -> None:
-        shutil.rmtree(self.path / "_delta_log")
-        shutil.copytree(self.saved, self.path / "_delta_log")
-        for name in set(os.listdir(self.path)) - self.data - {"_delta_log"}:
-            target = self.path / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
 
 
 def recluster_final(spark: Any, path: Path, settings: Settings) -> tuple[float, Any]:

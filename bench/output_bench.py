@@ -29,10 +29,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from bench.compare.measurement import row_fingerprint
-from bench.merge_bench import (
-    SUMMARY_HEADERS,
-    append,
+from bench.common import (
     log,
     machine,
     markdown_table,
@@ -40,9 +37,11 @@ from bench.merge_bench import (
     random_batch,
     raw_spark_sort,
     start_spark,
-    summary_records,
     write_results,
 )
+from bench.compare.measurement import row_fingerprint
+from docgen.figures import SUMMARY_HEADERS, summary_records
+from tests.workload_data import append
 
 SIDES = ("recluster", "z_order", "raw_spark")
 MIB = 1 << 20

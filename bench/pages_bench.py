@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from bench.merge_bench import log, publish, quick_cli
+from bench.common import log, publish, quick_cli
 from jobs.health import HealthServer
 from jobs.pages import PageSource, snapshot_views
 from recluster.delta.log_writer import set_table_properties

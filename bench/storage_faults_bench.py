@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.merge_bench import log, markdown_table, write_results
+from bench.common import log, markdown_table, write_results
 from tests.faults.front import FaultFront
 from tests.faults.plan import FaultKind, FaultRule, Target
 from tests.faults.runs import (

@@ -25,16 +25,8 @@ from typing import Any
 import numpy as np
 from deltalake import DeltaTable
 
-from bench.merge_bench import (
-    SUMMARY_HEADERS,
-    log,
-    machine,
-    markdown_table,
-    quick_cli,
-    start_spark,
-    summary_records,
-    write_results,
-)
+from bench.common import log, machine, markdown_table, quick_cli, start_spark, write_results
+from docgen.figures import SUMMARY_HEADERS, summary_records
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log import PRODUCER, PRODUCER_KEY
 from recluster.engine.demo import append_demo_batch

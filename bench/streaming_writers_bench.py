@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import log, publish
 from bench.compare.measurement import row_fingerprint
-from bench.merge_bench import log, publish
 from bench.streaming_writers_spark import row_columns
 from tests.referee import REFEREE_JARS, REFEREE_PYTHON, Referee, referee_environment, referee_missing
 

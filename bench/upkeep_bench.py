@@ -19,7 +19,7 @@ value appended so far; the files whose min/max stats intersect; mean over predic
 strategy: their time averages, write amplification (bytes of the files maintenance added / bytes the appends added,
 each table's own), compute seconds per append (maintenance wall seconds / appends, warm) and the rows checked at
 the end (count + order-independent hash against the input). Writes bench/results/upkeep[-quick]-<date>.json after
-every strategy; the summary and goals come from bench.upkeep_report.
+every strategy; the summary and goals come from docgen.upkeep_report.
 """
 
 from __future__ import annotations
@@ -39,16 +39,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from bench.common import add_actions, log, publish, write_results
 from bench.compare.measurement import depth, live_sizes, row_fingerprint
 from bench.compare.strategies import Context, recluster_round
 from bench.compare.workloads import SEED
 from bench.curve_bench import PREDICATES, WIDTH, as_numbers
-from bench.figures import RESULTS
-from bench.merge_bench import add_actions, append, log, publish, write_results
 from bench.upkeep_cases import EVERY, STRATEGIES, Case, Strategy, cases
-from bench.upkeep_report import goals, summary_rows
+from docgen.figures import RESULTS
+from docgen.upkeep_report import goals, summary_rows
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
 from tests.referee import Referee, referee_missing
+from tests.workload_data import append
 
 DRIVER_MEMORY = "3g"
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "2"}
@@ -287,6 +288,9 @@ def main(quick: bool = False, budget_minutes: float | None = None, resume: bool 
         "spark_conf": SPARK_CONF,
         "strategies": {s.name: s.description for s in STRATEGIES.values()},
         "budget_minutes": budget_minutes,
+        "planned_cases": [
+            case.name for case in cases(quick)
+        ],  # docgen.upkeep_report lists the ones a stopped run missed
         "complete": False,
         "cases": {},
         "not_run": {},

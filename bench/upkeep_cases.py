@@ -1,5 +1,5 @@
 """The plan of bench.upkeep_bench: its workloads, strategies and cases (appends, sizes, which strategies run where
-and why the others do not). bench.upkeep_report reads it too, to say which cases a stopped run did not reach."""
+and why the others do not). docgen.upkeep_report reads it too, to say which cases a stopped run did not reach."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from bench.compare.workloads import bounded_time_batch, time_batch, two_column_batch, uniform_batch
+from tests.workload_data import bounded_time_batch, time_batch, two_column_batch, uniform_batch
 
 EVERY = 5
 

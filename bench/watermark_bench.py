@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import log, publish, quick_cli
 from bench.compare.measurement import run_workload
 from bench.compare.strategies import STRATEGIES
-from bench.compare.workloads import Params, Workload, bounded_time_batch, time_batch, uniform_batch
-from bench.merge_bench import log, publish, quick_cli, ratio_row
+from bench.compare.workloads import Params
+from docgen.figures import ratio_row
 from recluster.settings import ClusteringSettings, Settings
+from tests.workload_data import Workload, bounded_time_batch, time_batch, uniform_batch
 
 WORKLOADS = {
     "late_4": Workload("late_4", "timestamps, 5% late by up to 4 appends", ("ts",), bounded_time_batch),

@@ -21,11 +21,12 @@ from unittest import mock
 import numpy as np
 import pyarrow as pa
 
-from bench.compare.workloads import late_rows_batch
-from bench.merge_bench import log, publish, quick_cli, ratio_row
+from bench.common import log, publish, quick_cli
 from bench.watermark_bench import GOALS
+from docgen.figures import ratio_row
 from recluster.core.selection import watermark
 from tests.absorb_model import ModelTable, absorb_bounds
+from tests.workload_data import late_rows_batch
 
 PREVIOUS = {"RENT_SHARE": 0.15, "DILUTION": 0.0}
 """The trigger before this sweep (the mean depth alone, share 0.15): the baseline of the summary."""

@@ -49,15 +49,15 @@ def starting_versions(tables: Sequence[TableSettings], settings: Settings) -> di
 
 
 def record_estimates(handler: ReclusterHandler, tables: Sequence[TableSettings]) -> None:
-    """Estimate each watched table once, in the background, after the tables' first load (issue 35): the status
+    """Estimate each watched table once, in the background, after the tables' first load : the status
     shows the projection against what happens since."""
     handler.loaded.wait()
     for table in tables:
         if handler.stopping.is_set():
             return
         uri = normalize_uri(table.uri)
-        tracked = handler.tracked.get(uri)
-        if tracked is None or not reclusters(tracked.properties, handler.settings):
+        snapshot = handler.board.view.snapshots.get(uri)
+        if snapshot is None or not reclusters(snapshot.properties, handler.settings):
             continue  # not taken up: not loaded, or `recluster.enabled` false (a disabled table is left alone)
         record_estimate(uri, settings=handler.settings, store=handler.history)
 

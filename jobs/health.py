@@ -132,10 +132,10 @@ class JobProbe:
         Probed from the state's version forward, as the delta-log source does: no log listing, no snapshot load.
         """
         handler = self.handler
-        tracked = handler.tracked.get(uri) if handler is not None else None
-        if tracked is None or handler is None:
+        snapshot = handler.board.view.snapshots.get(uri) if handler is not None else None
+        if snapshot is None or handler is None:
             return None
-        now, version = self.clock(), tracked.version
+        now, version = self.clock(), snapshot.version
         with self._lock:
             cached = self._lag_cache.get(uri)
             if cached is None or now - cached[0] > LAG_CACHE_SECONDS or cached[1] is None or cached[1] < version:

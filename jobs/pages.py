@@ -323,25 +323,16 @@ def render_table(view: TableView) -> str:
 
 
 def job_views(handler: Any, only: str | None = None) -> list[TableView]:
-    """The running job's tables from its in-memory state (no I/O but the history it already holds). Read
-    without the handler's lock, so a page never waits for a merge: a state changing under the read is read
-    again."""
+    """The running job's tables from the view it last published (no I/O but the history it already holds): no
+    lock, so a page never waits for a merge, and every table as one batch left it."""
+    job = handler.board.view
     views = []
-    for uri, tracked in list(handler.tracked.items()):
-        if only is not None and uri != only:
-            continue
-        status = handler.status.get(uri)
-        for attempt in range(3):
-            try:
-                snapshot = tracked.snapshot()
-                break
-            except RuntimeError:  # the batch thread changed the state while we copied it
-                if attempt == 2:
-                    raise
-        views.append(table_view(snapshot, handler.settings, handler.history, status_error(status)))
-    for uri, status in list(handler.status.items()):  # tables the job could not load: their error
+    for uri, snapshot in job.snapshots.items():
+        if only is None or uri == only:
+            views.append(table_view(snapshot, handler.settings, handler.history, status_error(job.statuses.get(uri))))
+    for uri, status in job.statuses.items():  # tables the job could not load: their error
         error = status_error(status)
-        if uri not in handler.tracked and error and (only is None or uri == only):
+        if uri not in job.snapshots and error and (only is None or uri == only):
             views.append(error_view(uri, error))
     return sorted(views, key=lambda view: view.uri)
 

@@ -19,8 +19,8 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from bench.spark_cluster import free_port
 from tests.helpers import wait_for
+from tests.spark_cluster import free_port
 
 REGION = "us-east-1"
 REQUESTS_MARKER = "requests-so-far"

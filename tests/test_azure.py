@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.spark_cluster import free_port
 from tests.helpers import cli_environment, store_end_to_end, wait_for
+from tests.spark_cluster import free_port
 
 ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from bench.spark_cluster import free_port
 from recluster.engine.demo import demo_batch
 from tests.helpers import cli_environment, descendants, row_multiset, wait_for
+from tests.spark_cluster import free_port
 from tests.test_s3 import S3Server, s3  # noqa: F401  (s3: the moto server fixture)
 
 pytestmark = [pytest.mark.slow]

@@ -13,9 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from bench.compare.workloads import Workload, bounded_time_batch, time_batch, two_column_batch, uniform_batch
 from bench.estimate_bench import no_spark, real_run, write_long_log
-from bench.merge_bench import append
 from jobs.pages import render_table, table_view
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
 from recluster.core.estimate.shape import HistoryShape, KeyShape
@@ -29,6 +27,7 @@ from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings
 from tests.absorb_model import FINGERPRINT
 from tests.helpers import main_json, run_cli, run_main
+from tests.workload_data import Workload, append, bounded_time_batch, time_batch, two_column_batch, uniform_batch
 
 APPENDS, ROWS, TARGET = 24, 1_000, 5_000
 SETTINGS = Settings(clustering=ClusteringSettings(target_rows=TARGET))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.spark_cluster import free_port
 from tests.helpers import ROOT, cli_environment, store_end_to_end, wait_for
+from tests.spark_cluster import free_port
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import pytest
 
 import recluster.engine.handler as handler_module
 import recluster.engine.job_maintenance as job_maintenance
+import recluster.engine.job_schedule as job_schedule
 from recluster.core.optimizing import (
     PartitionHealth,
     ProcessStatus,
@@ -38,7 +39,7 @@ def handler_with_tables(tmp_path: Path, count: int, appends: int = 1) -> Reclust
     settings = job_settings(tmp_path, paths)
     handler = ReclusterHandler(settings, settings.tables, spark=None)
     for path in paths:
-        handler.tracked[str(path)] = handler._track(str(path), None)
+        handler.tracked[str(path)] = handler.tables.track(str(path), None)
     return handler
 
 
@@ -112,13 +113,13 @@ def test_idle_tables_are_not_looked_at_until_a_commit_or_their_quiet_time_ends(
     (their next interval trigger) has come; 10,000 idle tables then cost nothing per trigger."""
     handler = handler_with_tables(tmp_path, 3)
     looked: list[int] = []
-    real_health = handler_module.table_health
+    real_health = job_schedule.table_health
 
     def counted(blocks: Any, config: Any) -> Any:
         looked.append(1)
         return real_health(blocks, config)
 
-    monkeypatch.setattr(handler_module, "table_health", counted)
+    monkeypatch.setattr(job_schedule, "table_health", counted)
     handler._run_scheduled({})
     assert len(looked) == 3  # the first pass looks at every table
     assert all(t.quiet_until == math.inf for t in handler.tracked.values())  # one file each: no trigger can fire

@@ -15,7 +15,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import kubernetes_validate
@@ -23,15 +25,16 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.spark_cluster import free_port
 from jobs.autorecluster import stop_gracefully
 from jobs.health import HealthServer, JobProbe
 from recluster.cli.parser import build_parser
 from recluster.cli.watch import stream_settings
 from recluster.engine.job_state import LevelStatus, TableStatus
+from recluster.engine.job_status import StatusBoard
 from recluster.engine.k8s import kubernetes_spark_conf, prepare_event_log_dir, with_kubernetes
 from recluster.settings import HttpSettings, KubernetesSettings, Settings, SettingsError, load_settings
 from tests.helpers import append_random, run_main
+from tests.spark_cluster import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
@@ -531,10 +534,13 @@ class FakeQuery:
 
 class FakeHandler:
     def __init__(self) -> None:
-        self.status: dict[str, TableStatus] = {}
-        self.tracked: dict[str, Any] = {}
+        self.board = StatusBoard()
         self.last_batch_time: float | None = None
         self.loaded = threading.Event()
+
+    @property
+    def status(self) -> Mapping[str, TableStatus]:
+        return self.board.view.statuses
 
     def options(self, uri: str) -> dict[str, str]:
         return {}
@@ -574,8 +580,8 @@ def test_probe_logic_without_spark():
 
 def test_server_serves_endpoints_without_spark():
     query, handler = FakeQuery(), FakeHandler()
-    handler.status["s3://b/t"] = TableStatus("s3://b/t", 4, (LevelStatus(0, 3, 2.5, 1.0),), 2.5, tasks=2)
-    handler.tracked["s3://b/t"] = type("Tracked", (), {"version": 4})()
+    status = TableStatus("s3://b/t", 4, (LevelStatus(0, 3, 2.5, 1.0),), 2.5, tasks=2)
+    handler.board.publish([status], [SimpleNamespace(uri="s3://b/t", version=4)])
     probe = JobProbe(HttpSettings(port=0, host="127.0.0.1"), newest_version=lambda uri, after, options: 6)
     server = HealthServer(HttpSettings(port=0, host="127.0.0.1"), probe).start()
     try:
@@ -595,12 +601,13 @@ def test_server_serves_endpoints_without_spark():
 
 @pytest.mark.spark
 def test_http_endpoints_on_a_running_job(tmp_path, spark):
-    from tests.test_job import running_job, settings_for
+    from recluster.core.selection.plan import Policy
+    from tests.helpers import job_settings, running_job
 
     table = tmp_path / "events"
     rng = np.random.default_rng(5)
     append_random(table, rng, 0)
-    settings = settings_for(tmp_path / "checkpoint", [str(table)])
+    settings = job_settings(tmp_path / "checkpoint", [table], Policy.LEVELS)
     # no merges needed here (the job tests cover them): a high threshold keeps the test fast
     settings = settings.model_copy(update={"clustering": settings.clustering.model_copy(update={"depth_ratio": 10.0})})
     port = free_port()  # as an operator would configure one

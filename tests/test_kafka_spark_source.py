@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 import triggers.spark_kafka
 from jobs.autorecluster import start_job, stop_gracefully
-from recluster.engine.handler import ReclusterHandler
+from recluster.engine.job_tables import JobTables
 from recluster.engine.publish import MetricsRecord, commit_event_json
 from recluster.settings import Settings, SettingsError
 from tests.helpers import append_random, wait_for
@@ -100,14 +100,14 @@ def run_scenario(spark: Any, broker: Broker, root: Path, reader: str) -> Run:
         finally:
             stop_gracefully(query, handler)
 
-    events = ReclusterHandler._log_commits_for_events
+    events = JobTables.commits_for_events
 
-    def seeing(handler: ReclusterHandler, rows: list[dict[str, Any]]) -> Any:
+    def seeing(tables: JobTables, rows: list[dict[str, Any]]) -> Any:
         seen.extend((row["kafka_partition"], row["kafka_offset"]) for row in rows)
-        return events(handler, rows)
+        return events(tables, rows)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ReclusterHandler, "_log_commits_for_events", seeing)
+        patch.setattr(JobTables, "commits_for_events", seeing)
         run(range(1, 4))
         append_and_announce(4)  # while the job is down
         append_and_announce(5)

@@ -1,6 +1,6 @@
 """Figures come from bench/results: the generator's check mode on the real README and docs, and a hand edit caught.
 
-No Spark: bench.readme_figures only reads JSON and text.
+No Spark: docgen.readme_figures only reads JSON and text.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from bench import readme_figures
-from bench.depth_figure import PICTURES
-from bench.figures import ROOT, Results
-from bench.readme_figures import main
+from docgen import readme_figures
+from docgen.depth_figure import PICTURES
+from docgen.figures import ROOT, Results
+from docgen.readme_figures import main
 
 FIGURE = re.compile(r"\d+\.\d+")
 
 
 def test_readme_figures_match_the_results_files(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--check"])
-    assert code == 0, "README.md or docs/ differ from bench/results; run `python -m bench.readme_figures`:\n" + (
+    assert code == 0, "README.md or docs/ differ from bench/results; run `python -m docgen.readme_figures`:\n" + (
         capsys.readouterr().out
     )
 

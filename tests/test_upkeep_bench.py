@@ -14,7 +14,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from bench.upkeep_bench import Predicates, files_read
-from bench.upkeep_report import goals, summary_rows
+from docgen.upkeep_report import goals, summary_rows
 
 
 def batch(keys: list[int], names: list[str]) -> pa.Table:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.common import markdown_table
 from bench.compare.report import met
 from bench.compare.workloads import ALL_ABSORB
-from bench.merge_bench import markdown_table
 from recluster.settings import PRESET_BETAS
 
 ABSORB = "absorb"

@@ -20,13 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from bench.common import add_actions, live_files, log
 from bench.compare.memory import MemoryProbe
 from bench.compare.strategies import Context, Strategy
-from bench.compare.workloads import Params, Workload
-from bench.merge_bench import add_actions, append, live_files, log
+from bench.compare.workloads import Params
 from recluster.core.metrics import clustering_info
 from recluster.engine.api import read_snapshot
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
+from tests.workload_data import Workload, append
 
 # ---- table helpers -------------------------------------------------------------------------------------------
 

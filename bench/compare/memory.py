@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from bench.merge_bench import MB
+from docgen.figures import MB
 
 
 def status_kb(pid: int, name: str) -> int | None:

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.common import markdown_table
 from bench.compare.strategies import RECLUSTER
 from bench.compare.workloads import Params
-from bench.merge_bench import MB, RESULTS, markdown_table
+from docgen.figures import MB, RESULTS
 
 # ---- references (existing benchmarks' latest JSON) ------------------------------------------------------------
 

@@ -16,22 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from bench.common import SPARK_SETTINGS, log, machine, start_spark, write_results
 from bench.compare.absorb_report import absorb_goals, render_absorb
 from bench.compare.measurement import run_workload
 from bench.compare.report import competitor_wins, goals, recluster_wins, references, render, summary_rows
 from bench.compare.strategies import ANCHOR_STRATEGIES, STRATEGIES, Context, recluster_round, spark_sort
-from bench.compare.workloads import (
-    ABSORB_SUITE,
-    ABSORB_SUITE_QUICK,
-    ALL_ABSORB,
-    FULL,
-    QUICK,
-    SEED,
-    WORKLOADS,
-    uniform_batch,
-)
-from bench.merge_bench import SPARK_SETTINGS, append, log, machine, start_spark, summary_records, write_results
+from bench.compare.workloads import ABSORB_SUITE, ABSORB_SUITE_QUICK, ALL_ABSORB, FULL, QUICK, SEED, WORKLOADS
+from docgen.figures import summary_records
 from recluster.settings import PRESET_BETAS, ClusteringSettings, Settings
+from tests.workload_data import append, uniform_batch
 
 
 def warm_up(spark: Any, work: Path, settings: Settings) -> float:

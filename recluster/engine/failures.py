@@ -5,6 +5,7 @@ each failure in a row, while the job goes on with the other tables. A success cl
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,6 +18,8 @@ from recluster.core.metrics import ClusteringInfo
 from recluster.delta.storage_faults import storage_fault
 from recluster.engine.job_state import TableStatus
 from recluster.engine.publish import BatchActions, FailureRecord, MetricsRecord, metrics_record
+
+log = logging.getLogger("recluster.job")
 
 
 def error_kind(error: BaseException) -> ErrorKind:
@@ -85,6 +88,12 @@ class FailureBook:
         """Forget the table's failure; the failure it had, if any."""
         with self._lock:
             return self._failures.pop(table, None)
+
+    def clear(self, table: str) -> None:
+        """The table's work ran through: forget its failure, logging that it recovered."""
+        failure = self.recovered(table)
+        if failure is not None:
+            log.info("recluster table=%s reason=table_recovered after=%d failures", table, failure.attempts)
 
     def get(self, table: str) -> TableFailure | None:
         with self._lock:

@@ -28,19 +28,16 @@ from recluster.core.optimizing import (
     TableState,
     optimizing_config,
     pending_optimizing,
-    plan_optimizing,
     table_health,
     table_history,
 )
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
-from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import ReclusterPlan
 from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import require_safe_commits
-from recluster.engine.api import selection_bounds
 from recluster.engine.estimate_record import estimate_vs_actual
-from recluster.engine.ranges import prepare_range_bounds
+from recluster.engine.planning import PlannedProcess, plan_process, recluster_plan
 from recluster.engine.rounds import SnapshotLoader, execute_plan, recluster_table
 from recluster.merge.placement import needs_spark
 from recluster.settings import Settings, history_location
@@ -119,31 +116,21 @@ def _oversized_partitions(plan: ReclusterPlan) -> set[Any]:
 
 
 def run_process(
-    kind: ProcessType,
-    snapshot: TableSnapshot,
+    planned: PlannedProcess,
     loader: Callable[[], TableSnapshot],
     *,
     settings: Settings,
     config: OptimizingConfig,
     spark_factory: Callable[[], Any],
     history: HistoryStore | None,
-    plan: ReclusterPlan | None = None,
-) -> tuple[ReclusterPlan, list[CommitOutcome], OutcomeTotals]:
-    """Run one optimizing or recluster process on `snapshot` and record it in the history.
+) -> tuple[list[CommitOutcome], OutcomeTotals]:
+    """Run one planned optimizing or recluster process exactly as planned and record it in the history.
 
     `full` rewrites each partition as one task; a partition too big for one bounded task gets FINAL
     recluster rounds instead (the same end state, written in bounded, committed steps).
     """
+    kind, snapshot, plan = planned.kind, planned.snapshot, planned.plan
     group = settings.self_optimizing.groups[config.group]
-    if prepare_range_bounds(snapshot):  # a curve key's first merge: plan again on the sampled curve
-        snapshot, plan = loader(), None
-    bounds = selection_bounds(settings, snapshot, None)
-    if plan is None:
-        plan = (
-            select_merge_tasks(snapshot.uri, snapshot.version, snapshot.blocks, bounds)
-            if kind is ProcessType.RECLUSTER
-            else plan_optimizing(snapshot.uri, snapshot.version, snapshot.blocks, config, kind, bounds)
-        )
     # a keyless table has no sorted run to keep whole: its bounded tasks are the compaction
     oversized = _oversized_partitions(plan) if kind is ProcessType.FULL and not snapshot.key.keyless else set()
     if oversized:
@@ -211,7 +198,7 @@ def run_process(
                     error=error,
                 )
             )
-    return plan, outcomes, totals
+    return outcomes, totals
 
 
 def optimize_table(
@@ -241,26 +228,27 @@ def optimize_table(
     )
     if pending.type is None:
         return OptimizeResult(snapshot.uri, None, pending.reason, "nothing_due", None, OutcomeTotals(), before, before)
-    bounds = selection_bounds(settings, snapshot, None)
-    plan = plan_optimizing(snapshot.uri, snapshot.version, snapshot.blocks, config, pending.type, bounds)
+    if not dry_run:  # before the range bounds are published
+        require_safe_commits(snapshot.uri, snapshot.storage_options, settings.commit.allow_unsafe_single_writer)
+    planned = plan_process(pending.type, snapshot, loader, settings=settings, config=config, dry_run=dry_run)
     if dry_run:
         return OptimizeResult(
-            snapshot.uri, pending.type, pending.reason, "dry_run", plan, OutcomeTotals(), before, before
+            snapshot.uri, pending.type, pending.reason, "dry_run", planned.plan, OutcomeTotals(), before, before
         )
-    require_safe_commits(snapshot.uri, snapshot.storage_options, settings.commit.allow_unsafe_single_writer)
-    plan, _, totals = run_process(
-        pending.type,
-        snapshot,
-        loader,
-        settings=settings,
-        config=config,
-        spark_factory=spark_factory,
-        history=history,
-        plan=plan,
+    _, totals = run_process(
+        planned, loader, settings=settings, config=config, spark_factory=spark_factory, history=history
     )
     after = table_health(loader().blocks, config)
     return OptimizeResult(
-        snapshot.uri, pending.type, pending.reason, "done", plan, totals, before, after, time.monotonic() - started
+        snapshot.uri,
+        pending.type,
+        pending.reason,
+        "done",
+        planned.plan,
+        totals,
+        before,
+        after,
+        time.monotonic() - started,
     )
 
 
@@ -342,13 +330,4 @@ def table_status(
         health,
         depth,
         estimate=None if history is None else estimate_vs_actual(snapshot, history.records(), depth, now),
-    )
-
-
-def recluster_plan(snapshot: TableSnapshot, settings: Settings) -> ReclusterPlan:
-    """The recluster round the table's policy would run now (empty: nothing above threshold, or no key)."""
-    if snapshot.key.keyless:
-        return ReclusterPlan(snapshot.uri, snapshot.version, False, ())
-    return select_merge_tasks(
-        snapshot.uri, snapshot.version, snapshot.blocks, selection_bounds(settings, snapshot, None)
     )

@@ -20,10 +20,10 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from bench.spark_cluster import free_port
 from recluster.settings import ClusteringSettings, KafkaSettings, Settings, StreamSettings, TableSettings
 from tests.helpers import wait_for
 from tests.kafka_broker.tls import Certificates, make_certificates
+from tests.spark_cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("RECLUSTER_VENV", ROOT / ".venv"))

@@ -1,6 +1,6 @@
 """Depth over time as an SVG line chart, drawn from a results file's per-append series (no plotting library).
 
-`python -m bench.readme_figures` writes the SVG files of `PICTURES` and the captions that show them; each line is the
+`python -m docgen.readme_figures` writes the SVG files of `PICTURES` and the captions that show them; each line is the
 average depth right before and right after each append's maintenance, so a periodic strategy draws a sawtooth.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from html import escape
 
-from bench.figures import Json, Results, num, source
+from docgen.figures import Json, Results, num, source
 
 WIDTH, HEIGHT = 720, 300
 LEFT, RIGHT, TOP, BOTTOM = 48, 16, 40, 40

@@ -1,9 +1,9 @@
-"""Writes the figures of README.md and docs/ from bench/results/*.json: `python -m bench.readme_figures [--check]`.
+"""Writes the figures of README.md and docs/ from bench/results/*.json: `python -m docgen.readme_figures [--check]`.
 
 Hand-typed figures drift from what the benchmarks measured, so every figure sits between `<!-- figures:NAME -->` and
 `<!-- /figures:NAME -->` in whichever Markdown file holds it (README.md or docs/**/*.md, each block in exactly one)
 and is generated here from the newest results file of its benchmark (by the date in the file name); the pictures
-(`bench.depth_figure.PICTURES`) are SVG files written the same way. Without `--check` the files are rewritten in
+(`docgen.depth_figure.PICTURES`) are SVG files written the same way. Without `--check` the files are rewritten in
 place; with `--check` the command prints a diff and exits 1 when any differs from what it would write
 (tests/test_readme_figures.py, `./dev docs`).
 """
@@ -19,8 +19,8 @@ import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.depth_figure import PICTURES, picture
-from bench.figures import (
+from docgen.depth_figure import PICTURES, picture
+from docgen.figures import (
     BLOCK,
     MB,
     NO_BREAKS,
@@ -38,8 +38,8 @@ from bench.figures import (
     table,
     whole,
 )
-from bench.storage_faults_report import storage_faults
-from bench.summary_figures import (
+from docgen.storage_faults_report import storage_faults
+from docgen.summary_figures import (
     big_table,
     cluster,
     curve,
@@ -54,7 +54,7 @@ from bench.summary_figures import (
     watermark,
     watermark_model,
 )
-from bench.upkeep_report import upkeep
+from docgen.upkeep_report import upkeep
 
 # ---- Performance: metrics, merge, stream ----------------------------------------------------------------------
 
@@ -431,7 +431,7 @@ def generate(root: Path, results: Results) -> dict[Path, tuple[str, str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.readme_figures", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m docgen.readme_figures", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="print a diff and exit 1 if a file is out of date")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
@@ -450,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     current.splitlines(keepends=True), generated.splitlines(keepends=True), name, f"{name} (generated)"
                 )
             )
-            print(f"\n{name} differs from bench/results: run `python -m bench.readme_figures`", file=sys.stderr)
+            print(f"\n{name} differs from bench/results: run `python -m docgen.readme_figures`", file=sys.stderr)
         else:
             path.write_text(generated, encoding="utf-8")
             print(f"rewrote {path}", file=sys.stderr)

@@ -89,3 +89,19 @@ def goal_lines(goals: Sequence[Json], extra: dict[int, str] | None = None) -> li
     return [
         f"- {g['goal']}: {g['value']} -> **{met(g['met'])}**{(extra or {}).get(i, '')}" for i, g in enumerate(goals)
     ]
+
+
+# ---- summary rows: every benchmark's results file holds them, `python -m bench` prints them --------------------
+
+SUMMARY_HEADERS = ("measure", "recluster", "baseline", "ratio", "goal")
+"""The columns of every benchmark's summary rows (`python -m bench` prints them in one combined table)."""
+
+
+def ratio_row(measure: str, ours: float, theirs: float, goal: str) -> list[Any]:
+    """One summary row: the measure, ours, the baseline's, their ratio and the goal."""
+    return [measure, ours, theirs, ours / theirs, goal]
+
+
+def summary_records(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """Summary rows as the `summary` list of a result JSON: one {column: value} per row."""
+    return [dict(zip(SUMMARY_HEADERS, row, strict=True)) for row in rows]

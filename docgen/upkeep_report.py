@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.figures import Json, Results, goal_lines, num, source, table, whole
-from bench.merge_bench import ratio_row
-from bench.upkeep_cases import cases
+from docgen.figures import Json, Results, goal_lines, num, ratio_row, source, table, whole
 
 OURS = "recluster"
 BASELINES = (
@@ -142,7 +140,9 @@ def not_run(result: Json) -> list[str]:
     budget = [f"- {name}: {why}" for name, why in result.get("not_run", {}).items()]
     reached = set(result["cases"]) | set(result.get("not_run", {}))
     unreached = [
-        f"- {c.name}: not reached (the run was stopped)" for c in cases(result["quick"]) if c.name not in reached
+        f"- {name}: not reached (the run was stopped)"
+        for name in result.get("planned_cases", [])
+        if name not in reached
     ]
     return lines + unfinished + budget + unreached
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.figures import Json, Results, source
+from docgen.figures import Json, Results, source
 
 
 def counts(figures: dict[str, int]) -> str:

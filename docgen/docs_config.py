@@ -1,4 +1,4 @@
-"""Writes the settings reference of docs/configuration.md from recluster/settings.py: `python -m bench.docs_config
+"""Writes the settings reference of docs/configuration.md from recluster/settings.py: `python -m docgen.docs_config
 [--check]`.
 
 The reference sits between `<!-- settings:reference -->` and `<!-- /settings:reference -->` and is generated from the
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from bench.figures import ROOT
+from docgen.figures import ROOT
 from recluster import settings
 from recluster.core.optimizing import PROPERTY_NAMES
 
@@ -155,7 +155,7 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.docs_config", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m docgen.docs_config", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="print a diff and exit 1 if the page is out of date")
     parser.add_argument("--page", type=Path, default=PAGE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = str(args.page)
         lines = current.splitlines(keepends=True), generated.splitlines(keepends=True)
         sys.stdout.writelines(difflib.unified_diff(*lines, name, f"{name} (generated)"))
-        print(f"\n{name} differs from recluster/settings.py: run `python -m bench.docs_config`", file=sys.stderr)
+        print(f"\n{name} differs from recluster/settings.py: run `python -m docgen.docs_config`", file=sys.stderr)
         return 1
     args.page.write_text(generated, encoding="utf-8")
     print(f"rewrote {args.page}", file=sys.stderr)

@@ -5,11 +5,11 @@ tables, big tables and the status pages. Registered in `readme_figures.BLOCKS`."
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from bench.delta_cluster_bench import summary_rows as cluster_summary_rows
-from bench.delta_optimize_bench import summary_rows
-from bench.figures import MB, Json, Results, num, source, table
-from bench.merge_bench import summary_records
+import numpy as np
+
+from docgen.figures import MB, Json, Results, num, ratio_row, source, summary_records, table
 
 
 def summary_table(summary: Sequence[Json]) -> str:
@@ -186,6 +186,64 @@ def big_table(results: Results) -> str:
     return bench_block("Big tables", "big_table_bench", file, details, b["summary"])
 
 
+def delta_optimize_rows(name: str, measured: dict[str, Any]) -> list[list[Any]]:
+    """The summary of one data set from its measured layouts (the figures are made from the same)."""
+    layouts = measured["layouts"]
+    c1, c2 = measured["columns"]
+    rows: list[list[Any]] = []
+    pairs = [
+        (f"recluster FINAL ({c1})", f"Delta ZORDER BY ({c1})", (c1,)),
+        (f"recluster FINAL ({c1}, {c2})", f"Delta ZORDER BY ({c1}, {c2})", (c1, c2)),
+        ("recluster FINAL (liquid table)", "Delta liquid OPTIMIZE FULL", (c1, c2)),
+    ]
+    for ours, theirs, columns in pairs:
+        mine, delta = layouts[ours], layouts[theirs]
+        label = f"{name}: {ours} vs {theirs}"
+        rows.append(ratio_row(f"{label}, MB/s (cold)", mine["mb_per_second"], delta["mb_per_second"], ">= 2x"))
+        warm = mine["warm_mb_per_second"], delta["warm_mb_per_second"]
+        rows.append(ratio_row(f"{label}, MB/s of the statement alone (its process already started)", *warm, ""))
+        rows.append(
+            ratio_row(f"{label}, output MB", mine["output_bytes"] / 1e6, delta["output_bytes"] / 1e6, "<= 1.0x")
+        )
+        rows.append(ratio_row(f"{label}, output files", mine["files"], delta["files"], ""))
+        read = [[side["files_read"][c] for c in columns] for side in (mine, delta)]
+        if len(columns) == 1:
+            rows.append(ratio_row(f"{label}, files read by a {c1} predicate", read[0][0], read[1][0], "<= 1.0x"))
+            continue
+        rows.extend(
+            ratio_row(f"{label}, files read by a {c} predicate", a, b, "")
+            for c, a, b in zip(columns, *read, strict=True)
+        )
+        rows.append(ratio_row(f"{label}, files read, worst key column", max(read[0]), max(read[1]), "<= 1.0x"))
+        means = (float(np.mean(read[0])), float(np.mean(read[1])))
+        rows.append(ratio_row(f"{label}, files read, mean of the key columns", *means, "<= 1.0x"))
+    return rows
+
+
+def delta_cluster_rows(measured: dict[str, Any]) -> list[list[Any]]:
+    """[measure, recluster, Delta, ratio, goal] rows of one table size."""
+    ours, theirs, label = measured["recluster"], measured["delta_zorder"], measured["label"]
+    mbps, bytes_ratio = ours["mb_per_s"] / theirs["mb_per_s"], ours["output_bytes"] / theirs["output_bytes"]
+    memory = max(ours["executor_peak_rss_bytes"]) / max(theirs["executor_peak_rss_bytes"])
+    met = {True: "met", False: "MISSED"}
+    return [
+        ratio_row(f"{label}: cold MB/s", ours["mb_per_s"], theirs["mb_per_s"], f">= 1.2 ({met[mbps >= 1.2]})"),
+        ratio_row(f"{label}: statement MB/s", ours["statement_mb_per_s"], theirs["statement_mb_per_s"], "-"),
+        ratio_row(
+            f"{label}: output MB",
+            ours["output_bytes"] / MB,
+            theirs["output_bytes"] / MB,
+            f"<= 1.0 ({met[bytes_ratio <= 1.0]})",
+        ),
+        ratio_row(
+            f"{label}: largest executor peak RSS, MB",
+            max(ours["executor_peak_rss_bytes"]) / MB,
+            max(theirs["executor_peak_rss_bytes"]) / MB,
+            f"<= 1.0 ({met[memory <= 1.0]})",
+        ),
+    ]
+
+
 def delta_optimize(results: Results) -> str:
     full = results.newest_name("delta-optimize") is not None  # else the quick run's (smaller data, same method)
     file, d = results.get("delta-optimize" if full else "delta-optimize-quick")
@@ -198,7 +256,7 @@ def delta_optimize(results: Results) -> str:
         "predicates covering 0.1% of a column's range (a string column: one value) of the files Delta's min/max "
         "stats keep" + ("; quick sizes" if d["quick"] else "")
     )
-    rows = summary_records([row for name, measured in data_sets for row in summary_rows(name, measured)])
+    rows = summary_records([row for name, measured in data_sets for row in delta_optimize_rows(name, measured)])
     return bench_block("Against Delta Spark's own OPTIMIZE", "delta_optimize_bench", file, details, rows)
 
 
@@ -216,7 +274,7 @@ def delta_cluster(results: Results) -> str:
         "already up; executor memory = the largest executor JVM plus its Python workers"
         + ("; quick size" if d["quick"] else "")
     )
-    rows = summary_records([row for measured in d["sizes"] for row in cluster_summary_rows(measured)])
+    rows = summary_records([row for measured in d["sizes"] for row in delta_cluster_rows(measured)])
     title = "On a Spark cluster, against Delta's OPTIMIZE ZORDER BY"
     return bench_block(title, "delta_cluster_bench", file, details, rows)
 

@@ -1,0 +1,136 @@
+"""The tables a running job tracks: loaded from their snapshots, kept current from the commits it reads, reloaded
+when a commit changes what the state was built on (docs/streaming.md).
+
+Each table's per-level state is initialised from the snapshot just before the first commit the job sees, so a restart
+rebuilds it from the log; commits are then applied one version at a time. A gap, a metaData change or a merge on
+another curve reloads the table (its totals since the job started are kept).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recluster.core.errors import TableError
+from recluster.core.metrics import ClusteringState
+from recluster.delta.file_blocks import blocks_from_log_adds
+from recluster.delta.log import PRODUCER, CommitEntry, read_commits
+from recluster.delta.ranges import on_other_curve
+from recluster.delta.snapshot import load_snapshot
+from recluster.delta.storage import normalize_uri, require_safe_commits
+from recluster.engine.api import open_checked_table
+from recluster.engine.job_state import TrackedTable
+from recluster.settings import Settings, TableSettings, table_storage_options
+
+log = logging.getLogger("recluster.job")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitsFromEvents:
+    """The commits Kafka events announce, read from the Delta log, and how many events were malformed."""
+
+    commits: tuple[CommitEntry, ...]
+    malformed: int
+
+
+class JobTables:
+    """The configured tables and the state of each one the job tracks. Not thread-safe: the handler's lock
+    serializes its writers (micro-batches, ticks, the background load)."""
+
+    def __init__(self, settings: Settings, tables: Sequence[TableSettings]) -> None:
+        self.settings = settings
+        self.configured = {normalize_uri(t.uri): t for t in tables}
+        self.tracked: dict[str, TrackedTable] = {}
+
+    def options(self, uri: str) -> dict[str, str]:
+        """Storage options of a table: the job's, overridden by the table's own."""
+        return dict(table_storage_options(self.settings, self.configured.get(uri)))
+
+    def track(self, uri: str, version: int | None) -> TrackedTable:
+        """State at `version` (None: latest; -1: before the first commit) from the snapshot; the key comes from
+        config or the table."""
+        table, key, options = open_checked_table(uri, settings=self.settings)
+        require_safe_commits(uri, options, self.settings.commit.allow_unsafe_single_writer)
+        if version is not None and version >= 0:
+            table.load_as_version(version)
+        snapshot = load_snapshot(table, key, uri=uri, storage_options=options)
+        before_first = version is not None and version < 0
+        return TrackedTable(
+            uri,
+            snapshot.key,  # with a curve key's range bounds as of the snapshot
+            snapshot.partition_columns,
+            dict(snapshot.properties),
+            ClusteringState(() if before_first else snapshot.blocks),
+            -1 if before_first else snapshot.version,
+            snapshot.data_schema,
+            dict(options),
+        )
+
+    def initial_state(self, uri: str, first_version: int) -> TrackedTable:
+        """State just before the first commit this job sees; the latest if that version was cleaned up."""
+        try:
+            return self.track(uri, first_version - 1)
+        except TableError:
+            raise
+        except Exception as error:  # delta-rs raises several kinds when an old version is gone
+            log.warning(
+                "recluster table=%s reason=version_gone version=%d error=%s: starting from the latest snapshot",
+                uri,
+                first_version - 1,
+                error,
+            )
+            return self.track(uri, None)
+
+    def apply(self, uri: str, commits: Sequence[CommitEntry]) -> tuple[TrackedTable, bool]:
+        """Apply a table's new commits (in version order) to its state, taking the table up first when it is not
+        tracked; returns its state and whether one of the commits was not ours. Raises what loading raises."""
+        tracked = self.tracked.get(uri)
+        if tracked is None:
+            tracked = self.tracked[uri] = self.initial_state(uri, commits[0].version)
+        fresh = [c for c in commits if c.version > tracked.version]  # older: replayed after a restart
+        foreign = [c for c in fresh if c.producer != PRODUCER]
+        tracked.bytes_appended += sum(c.bytes_added for c in foreign)
+        for commit in fresh:
+            changed = commit.metadata_changed or on_other_curve(commit, tracked.key)  # new bounds: no metaData
+            if commit.is_gap or changed or commit.version != tracked.version + 1:
+                if commit.is_gap:
+                    log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, commit.version)
+                totals, appended = tracked.totals, tracked.bytes_appended
+                tracked = self.tracked[uri] = self.track(uri, None)
+                tracked.totals, tracked.bytes_appended = totals, appended
+                break
+            added = blocks_from_log_adds(commit.adds, tracked.key, tracked.partition_columns, uri, self.options(uri))
+            tracked.state.apply(added, commit.removes)
+            tracked.version = commit.version
+        return tracked, bool(foreign)
+
+    def commits_for_events(self, events: list[dict[str, Any]]) -> CommitsFromEvents:
+        """Kafka events only name (table, version): read the real commits from the Delta log, from the
+        state's version up to the newest version announced. Duplicate, late or out-of-order events are
+        harmless; malformed ones are counted, logged and skipped."""
+        malformed = [e for e in events if e["error"]]
+        for event in malformed:
+            log.warning(
+                "recluster reason=malformed_event partition=%s offset=%s error=%s",
+                event["kafka_partition"],
+                event["kafka_offset"],
+                event["error"],
+            )
+        newest: dict[str, tuple[int, int]] = {}
+        for event in events:
+            if event["error"]:
+                continue
+            uri = normalize_uri(event["table"])
+            if self.configured and uri not in self.configured:
+                continue  # a job serves its configured tables; with none configured it serves every table
+            low, high = newest.get(uri, (event["version"], event["version"]))
+            newest[uri] = (min(low, event["version"]), max(high, event["version"]))
+        commits: list[CommitEntry] = []
+        for uri, (low, high) in newest.items():
+            tracked = self.tracked.get(uri)
+            first = tracked.version + 1 if tracked else low
+            if high >= first:
+                commits.extend(read_commits(uri, first, high, self.options(uri)))
+        return CommitsFromEvents(tuple(commits), len(malformed))

@@ -1,0 +1,99 @@
+"""What readers see of the running job (recluster/engine/job_status.py) and where the job plans
+(recluster/engine/planning.py): immutable views replaced whole, and one plan per process, made after the range
+bounds are current and cut to the batch budget."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from recluster.core.optimizing import ProcessType, optimizing_config
+from recluster.delta.log_writer import set_table_properties
+from recluster.engine.handler import ReclusterHandler
+from recluster.engine.job_schedule import loader_of
+from recluster.engine.job_state import LevelStatus, TableStatus
+from recluster.engine.job_status import StatusBoard, follow_statuses
+from recluster.engine.planning import plan_process, recluster_plan
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings, StreamSettings, TableSettings
+from tests.helpers import row_multiset
+
+
+def status(table: str, version: int, tasks: int = 0) -> TableStatus:
+    return TableStatus(table, version, (LevelStatus(0, 3, 2.0, 1.0),), 2.0, tasks=tasks)
+
+
+def test_a_view_is_replaced_whole_and_never_changes_under_a_reader() -> None:
+    board = StatusBoard()
+    board.publish([status("a", 1), status("b", 1)])
+    before = board.view
+    after = board.publish([status("a", 2)])
+    assert before.statuses["a"].version == 1 and after.statuses["a"].version == 2  # the old view is unchanged
+    assert after.statuses["b"] is before.statuses["b"] and after.sequence == before.sequence + 1
+    with pytest.raises(TypeError):
+        after.statuses["c"] = status("c", 1)  # type: ignore[index]
+    dropped = board.publish(dropped=["a"])
+    assert "a" in dropped.statuses and "a" not in dropped.snapshots
+
+
+def test_readers_wait_for_news_and_followers_see_every_publication() -> None:
+    board = StatusBoard()
+    seen: list[tuple[str, int]] = []
+    done = threading.Event()
+
+    def record(published: TableStatus) -> None:
+        seen.append((published.table, published.version))
+        if published.version == 50:
+            done.set()
+
+    stop = follow_statuses(board, record)
+    start = board.view.sequence
+    writer = threading.Thread(target=lambda: [board.publish([status("t", v)]) for v in range(1, 51)])
+    writer.start()
+    assert board.wait_newer(start, 10).sequence > start
+    writer.join()
+    assert done.wait(10)
+    stop.set()
+    versions = [v for _, v in seen]
+    assert versions == sorted(versions) and versions[-1] == 50  # in order, the last one always seen
+
+
+def test_a_curve_keys_first_batch_plans_once_after_its_bounds_and_keeps_the_budget(tmp_path: Path) -> None:
+    """The first merge of a curve key samples its range bounds; the plan that runs is made on them and cut to the
+    batch budget (it used to be planned again after the bounds, without the budget)."""
+    path = tmp_path / "t"
+    rng = np.random.default_rng(3)
+    for append in range(12):  # three partitions: three independent tasks
+        days = pa.array(rng.integers(0, 3000, 2000).astype("datetime64[D]"), pa.date32())
+        names = [f"s{v:07d}" for v in rng.integers(0, 10**6, 2000)]
+        batch = pa.table({"p": [append % 3] * 2000, "b": names, "day": days})
+        write_deltalake(str(path), batch, mode="append", partition_by=["p"])
+    expected = row_multiset(DeltaTable(str(path)).to_pyarrow_table())
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "b,day"})
+    settings = Settings(
+        clustering={"target_rows": 1000},  # type: ignore[arg-type]
+        stream=StreamSettings(checkpoint_location=str(tmp_path / "checkpoint"), max_tasks_per_batch=1),
+        tables=[TableSettings(uri=str(path))],
+    )
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    tracked = handler.tables.track(str(path), None)
+    config = optimizing_config(tracked.properties, settings.self_optimizing)
+    assert tracked.key.bounds is None  # no bounds yet: the first plan samples them
+    planned = plan_process(
+        ProcessType.RECLUSTER, tracked.snapshot(), loader_of(tracked), settings=settings, config=config, max_tasks=1
+    )
+    assert planned.snapshot.key.bounds is not None and planned.plan.read_version == planned.snapshot.version
+    unbudgeted = recluster_plan(planned.snapshot, settings)
+    assert len(unbudgeted.tasks) == 3 and planned.plan.tasks == unbudgeted.tasks[:1] and planned.work_left
+
+    handler.tracked[str(path)] = tracked
+    reports = handler._run_scheduled({str(path): True})
+    (report,) = reports
+    handler._publish(reports)
+    assert report.status.tasks == 1 and report.status.pending  # one task ran, the rest is left for the next batch
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == expected
+    assert handler.board.view.snapshots[str(path)].version == tracked.version
