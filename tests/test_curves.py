@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,11 +23,12 @@ from recluster.core.curves import (
     quantile_bounds,
     whole_curve,
 )
-from recluster.core.sql import ClusterByStatement, SqlError, parse_statement
+from recluster.core.sql import ClusterByStatement, parse_statement
+from recluster.core.sql_parser import SqlError
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.api import read_snapshot
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY, Settings
-from tests.helpers import main_json, row_multiset
+from tests.helpers import SMALL_FILES, main_json, our_add_actions, random_pairs, row_multiset
 
 
 @pytest.mark.parametrize(("dims", "bits"), [(1, 4), (2, 1), (2, 4), (3, 3), (4, 2)])
@@ -107,27 +107,6 @@ def test_cluster_by_using_parses_every_curve_and_refuses_others() -> None:
         parse_statement("ALTER TABLE 't' CLUSTER BY (a, b) USING SPIRAL")
 
 
-def random_pairs(path: Path, appends: int = 12, rows: int = 4_000, seed: int = 7) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    for batch in range(appends):
-        a = pa.array(rng.integers(0, 1_000_000, rows), mask=rng.random(rows) < 0.01)
-        b = [f"s{v:07d}" for v in rng.integers(0, 1_000_000, rows)]
-        day = pa.array(rng.integers(0, 3_000, rows).astype("datetime64[D]"), pa.date32())
-        write_deltalake(str(path), pa.table({"a": a, "b": b, "day": day, "batch": [batch] * rows}), mode="append")
-    return DeltaTable(str(path)).to_pyarrow_table()
-
-
-def ours(path: Path) -> list[dict[str, Any]]:
-    return [
-        a
-        for a in pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
-        if parse_data_file_name(a["path"])
-    ]
-
-
-SMALL_FILES = ["--set", "clustering.target_rows=3000"]
-
-
 @pytest.mark.parametrize("curve", ["hilbert", "zorder"])
 def test_final_on_a_curve_prunes_every_column_and_keeps_the_rows(tmp_path: Path, capsys: Any, curve: str) -> None:
     path = tmp_path / "t"
@@ -141,7 +120,7 @@ def test_final_on_a_curve_prunes_every_column_and_keeps_the_rows(tmp_path: Path,
     result = main_json(capsys, "run", str(path), "--final", *SMALL_FILES)
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(expected)
     scans = result["after"]["column_scan"]  # type: ignore[index]
-    files = ours(path)
+    files = our_add_actions(path)
     assert len(files) >= 12
     names = [parse_data_file_name(f["path"]) for f in files]
     assert all(n is not None and n.curve_range is not None for n in names)
@@ -201,7 +180,7 @@ def test_final_on_a_curve_in_every_placement(tmp_path: Path, spark: Any, placeme
     loader = snapshot_loader(str(path), settings, None)
     result = recluster_table(str(path), loader, settings=settings, spark_factory=lambda: spark, final=True)
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(expected)
-    files = ours(path)
+    files = our_add_actions(path)
     assert len(files) >= 12 and all(parse_data_file_name(f["path"]).curve_range for f in files)  # type: ignore[union-attr]
     assert result.after.table.average_depth <= 1.5
     # about 1/sqrt(files) each (a lexicographic key reads every file for its second column); a file cut a little

@@ -15,51 +15,11 @@ from recluster.core.outcomes import CommitStatus
 from recluster.core.selection import select_merge_tasks
 from recluster.delta.commit import commit_task
 from recluster.delta.log_writer import set_table_properties
-from recluster.engine.rounds import recluster_table, snapshot_loader, write_task
-from recluster.settings import (
-    CLUSTER_BY_PROPERTY,
-    CURVE_PROPERTY,
-    ClusteringSettings,
-    MergeSettings,
-    SelectionSettings,
-    Settings,
-)
-from tests.helpers import row_multiset
+from recluster.engine.rounds import snapshot_loader, write_task
+from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, MergeSettings
+from tests.helpers import LEVELS_SETTINGS, append_clustered, random_batches, row_multiset, run_rounds
 
 pytestmark = pytest.mark.spark
-
-SETTINGS = Settings(
-    clustering=ClusteringSettings(target_rows=6_000, max_tasks_per_round=2),
-    selection=SelectionSettings(policy="levels"),  # these tests check the levels policy's rounds
-)
-
-
-def append(path: Path, table: pa.Table) -> None:
-    create = not (path / "_delta_log").exists()
-    write_deltalake(str(path), table, mode="append")
-    if create:
-        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
-
-
-def random_batches(path: Path, batches: int, rows: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    for batch in range(batches):
-        keys = rng.integers(-(10**9), 10**9, size=rows)
-        append(
-            path,
-            pa.table(
-                {
-                    "k": pa.array(keys, pa.int64()),
-                    "batch": pa.array([batch] * rows, pa.int32()),
-                    "s": pa.array([f"v{x % 97}" for x in keys.tolist()]),
-                }
-            ),
-        )
-
-
-def run(path: Path, spark, settings: Settings = SETTINGS, **options):
-    loader = snapshot_loader(str(path), settings, None)
-    return recluster_table(str(path), loader, settings=settings, spark_factory=lambda: spark, **options)
 
 
 def live_files(path: Path) -> list[str]:
@@ -76,11 +36,11 @@ def test_final_on_random_appends_then_incremental_round(tmp_path, spark, in_proc
     random_batches(table, batches=40, rows=1_000, seed=1)
     before_rows = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     version_before = DeltaTable(str(table)).version()
-    settings = SETTINGS.model_copy(
+    settings = LEVELS_SETTINGS.model_copy(
         update={"merge": MergeSettings(in_process_max_bytes=in_process_max_bytes, placement=placement)}
     )
 
-    result = run(table, spark, settings, final=True)
+    result = run_rounds(table, spark, settings, final=True)
 
     assert result.before.table.average_depth == 40.0
     assert result.after.table.average_depth <= 2.0
@@ -115,7 +75,7 @@ def test_final_on_random_appends_then_incremental_round(tmp_path, spark, in_proc
         for a in pa.table(grown.get_add_actions(flatten=True)).to_pylist()
         if not parse_data_file_name(a["path"])
     }
-    incremental = run(table, spark, settings)
+    incremental = run_rounds(table, spark, settings)
     assert incremental.rounds == 1 and incremental.totals.files_removed == len(new_files) == 5
     assert incremental.totals.bytes_written < table_bytes / 3
     remaining = {a["path"] for a in pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()}
@@ -126,9 +86,9 @@ def test_final_on_random_appends_then_incremental_round(tmp_path, spark, in_proc
 def test_final_on_well_clustered_table_does_nothing(tmp_path, spark):
     table = tmp_path / "sorted"
     for start in range(0, 5_000, 1_000):
-        append(table, pa.table({"k": pa.array(range(start, start + 1_000), pa.int64())}))
+        append_clustered(table, pa.table({"k": pa.array(range(start, start + 1_000), pa.int64())}))
     version = DeltaTable(str(table)).version()
-    result = run(table, spark, final=True)
+    result = run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     assert result.rounds == 0 and result.totals.tasks == 0
     assert DeltaTable(str(table)).version() == version
 
@@ -136,7 +96,7 @@ def test_final_on_well_clustered_table_does_nothing(tmp_path, spark):
 def test_concurrent_delete_during_merge_wins(tmp_path, spark):
     table = tmp_path / "conflict"
     random_batches(table, batches=4, rows=500, seed=3)
-    loader = snapshot_loader(str(table), SETTINGS, None)
+    loader = snapshot_loader(str(table), LEVELS_SETTINGS, None)
     snapshot = loader()
     plan = select_merge_tasks(
         str(table),
@@ -145,7 +105,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
         _bounds(snapshot),
     )
     (task,) = plan.tasks
-    written = write_task(spark, task, snapshot, settings=SETTINGS, run_id="000000000001")
+    written = write_task(spark, task, snapshot, settings=LEVELS_SETTINGS, run_id="000000000001")
     assert written and all(os.path.exists(os.path.join(table, f.path)) for f in written)
     # A writer deletes rows of an input file after the merge read it and before it commits.
     DeltaTable(str(table)).delete("batch = 1")
@@ -158,7 +118,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
         read_version=snapshot.version,
         run_id="000000000001",
         task_id="t-conflict",
-        settings=SETTINGS.commit,
+        settings=LEVELS_SETTINGS.commit,
     )
     assert outcome.status is CommitStatus.CONFLICT
     after = DeltaTable(str(table))
@@ -166,7 +126,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
     assert not any(parse_data_file_name(p) for p in after.file_uris())
     assert not any(os.path.exists(os.path.join(table, f.path)) for f in written)
     # the next round re-plans on the new snapshot and succeeds
-    result = run(table, spark, final=True)
+    result = run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     assert result.totals.conflicts == 0 and result.totals.tasks >= 1
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
 
@@ -174,7 +134,7 @@ def test_concurrent_delete_during_merge_wins(tmp_path, spark):
 def _bounds(snapshot):
     from recluster.engine.api import selection_bounds
 
-    return selection_bounds(SETTINGS, snapshot, None)
+    return selection_bounds(LEVELS_SETTINGS, snapshot, None)
 
 
 @pytest.mark.parametrize(
@@ -189,9 +149,9 @@ def test_final_terminates_on_degenerate_keys(tmp_path, spark, name, make):
     table = tmp_path / name
     batches = 1 if name == "huge" else 4
     for i in range(batches):
-        append(table, make(i))
+        append_clustered(table, make(i))
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
-    result = run(table, spark, final=True)
+    result = run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     assert result.stop_reason in ("within_threshold", "no_progress")
     assert result.rounds <= 2
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
@@ -199,15 +159,15 @@ def test_final_terminates_on_degenerate_keys(tmp_path, spark, name, make):
         # 16,000 rows of one value at target 6,000: constant files of >= 6,000 rows, final at level -1
         levels = [parse_data_file_name(p).level for p in DeltaTable(str(table)).file_uris()]
         assert levels == [-1, -1]
-        assert run(table, spark, final=True).rounds == 0
+        assert run_rounds(table, spark, LEVELS_SETTINGS, final=True).rounds == 0
 
 
 def test_final_one_row_per_file(tmp_path, spark):
     table = tmp_path / "tiny"
     for i in range(30):
-        append(table, pa.table({"k": pa.array([i % 5], pa.int64()), "i": pa.array([i])}))
+        append_clustered(table, pa.table({"k": pa.array([i % 5], pa.int64()), "i": pa.array([i])}))
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
-    result = run(table, spark, final=True)
+    result = run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     assert result.before.table.average_depth == 6.0
     # five disjoint key values: five independent tasks, one file per value (disjoint ranges are never bridged)
     assert result.after.table.total_block_count == 5
@@ -228,7 +188,7 @@ def test_partitioned_merge_stays_in_partition(tmp_path, spark):
         write_deltalake(str(table), part, mode="append", partition_by=["p"])
     set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
-    result = run(table, spark, final=True)
+    result = run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     assert result.after.table.average_depth == 1.0
     after = DeltaTable(str(table))
     assert row_multiset(after.to_pyarrow_table()) == expected
@@ -239,7 +199,7 @@ def test_partitioned_merge_stays_in_partition(tmp_path, spark):
 def test_cluster_key_change_leaves_old_files_until_final(tmp_path, spark):
     table = tmp_path / "rekey"
     random_batches(table, batches=4, rows=500, seed=7)
-    run(table, spark, final=True)
+    run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
     set_table_properties(table, {CLUSTER_BY_PROPERTY: "s,k", CURVE_PROPERTY: "linear"})  # lexicographic
     random_batches(table, batches=2, rows=500, seed=8)
@@ -247,12 +207,12 @@ def test_cluster_key_change_leaves_old_files_until_final(tmp_path, spark):
     assert expected_after_appends != expected
     old_files = {p for p in DeltaTable(str(table)).file_uris() if parse_data_file_name(p)}
 
-    incremental = run(table, spark)
+    incremental = run_rounds(table, spark, LEVELS_SETTINGS)
     plan = incremental.plans[0]
     assert any(s.reason == "older_key_fingerprint" for s in plan.skipped)
     assert old_files <= set(DeltaTable(str(table)).file_uris())  # untouched
 
-    final = run(table, spark, final=True)
+    final = run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     assert final.totals.tasks >= 1
     live = DeltaTable(str(table)).file_uris()
     assert not old_files & set(live)
@@ -265,12 +225,12 @@ def test_where_limits_candidates_by_stats(tmp_path, spark):
     table = tmp_path / "where"
     for start in (0, 1_000, 2_000):  # three overlapping pairs in disjoint key ranges
         for _ in range(2):
-            append(table, pa.table({"k": pa.array(range(start, start + 500), pa.int64())}))
-    from recluster.core.sql import parse_predicate
+            append_clustered(table, pa.table({"k": pa.array(range(start, start + 500), pa.int64())}))
+    from recluster.core.sql_predicates import parse_predicate
 
-    snapshot = snapshot_loader(str(table), SETTINGS, None)()
+    snapshot = snapshot_loader(str(table), LEVELS_SETTINGS, None)()
     predicate = parse_predicate("k >= 1000 AND k < 1500", snapshot.key, snapshot.partition_columns)
-    result = run(table, spark, final=True, block_filter=predicate.may_match)
+    result = run_rounds(table, spark, LEVELS_SETTINGS, final=True, block_filter=predicate.may_match)
     assert result.totals.files_removed == 2
     levels = sorted(parse_data_file_name(p).level if parse_data_file_name(p) else 0 for p in live_files(table))
     assert levels == [0, 0, 0, 0, 1]
@@ -284,7 +244,7 @@ def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
     write_deltalake(str(append_only), pa.table({"k": [3, 1]}), configuration={"delta.appendOnly": "true"})
     write_deltalake(str(append_only), pa.table({"k": [2, 0]}), mode="append")
     set_table_properties(append_only, {CLUSTER_BY_PROPERTY: "k"})
-    assert run(append_only, spark, final=True).after.table.average_depth == 1.0
+    assert run_rounds(append_only, spark, LEVELS_SETTINGS, final=True).after.table.average_depth == 1.0
     assert sorted(DeltaTable(str(append_only)).to_pyarrow_table()["k"].to_pylist()) == [0, 1, 2, 3]
 
     evolved = tmp_path / "evolved"
@@ -292,7 +252,7 @@ def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
     write_deltalake(str(evolved), pa.table({"k": [2, 0], "extra": ["x", "y"]}), mode="append", schema_mode="merge")
     set_table_properties(evolved, {CLUSTER_BY_PROPERTY: "k"})
     expected = row_multiset(DeltaTable(str(evolved)).to_pyarrow_table())
-    assert run(evolved, spark, final=True).totals.tasks == 1
+    assert run_rounds(evolved, spark, LEVELS_SETTINGS, final=True).totals.tasks == 1
     assert row_multiset(DeltaTable(str(evolved)).to_pyarrow_table()) == expected
 
     mapped = tmp_path / "mapped"  # column mapping on a partitioned table: partition values by physical names
@@ -303,7 +263,7 @@ def test_append_only_and_schema_evolution_and_column_mapping(tmp_path, spark):
         configuration={"delta.columnMapping.mode": "name"},
     )
     with pytest.raises(TableError, match="column mapping mode 'name' on a partitioned table is not supported"):
-        read_snapshot(str(mapped), settings=SETTINGS, cluster_by=["k"])
+        read_snapshot(str(mapped), settings=LEVELS_SETTINGS, cluster_by=["k"])
 
 
 def test_two_column_key_outputs_never_overlap_and_rounds_settle(tmp_path, spark):
@@ -313,14 +273,14 @@ def test_two_column_key_outputs_never_overlap_and_rounds_settle(tmp_path, spark)
     for _ in range(6):
         a = rng.integers(0, 40, 6_000)
         b = [f"s{x:05d}" for x in rng.integers(0, 100_000, 6_000)]
-        append(table, pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b)}))
+        append_clustered(table, pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b)}))
     set_table_properties(table, {CLUSTER_BY_PROPERTY: "a,b"})
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
-    result = run(table, spark, final=True)
+    result = run_rounds(table, spark, LEVELS_SETTINGS, final=True)
     assert result.stop_reason == "within_threshold"
     assert result.after.table.average_depth == 1.0
     assert result.after.table.total_block_count >= 4  # 36,000 rows at target 6,000: really cut into files
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == expected
     version = DeltaTable(str(table)).version()
-    assert run(table, spark).rounds == 0  # no new data: nothing to rewrite, ever
+    assert run_rounds(table, spark, LEVELS_SETTINGS).rounds == 0  # no new data: nothing to rewrite, ever
     assert DeltaTable(str(table)).version() == version

@@ -9,7 +9,9 @@ import pytest
 from recluster.core.blocks import Block
 from recluster.core.key_encoding import encode_key
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
-from recluster.core.sql import ClusterByStatement, ReclusterStatement, SqlError, parse_predicate, parse_statement
+from recluster.core.sql import ClusterByStatement, ReclusterStatement, parse_statement
+from recluster.core.sql_parser import SqlError
+from recluster.core.sql_predicates import parse_predicate
 
 KEY = ClusterKey((KeyColumn("k", KeyType.INTEGER), KeyColumn("s", KeyType.STRING)))
 TS_KEY = ClusterKey((KeyColumn("ts", KeyType.TIMESTAMP),))

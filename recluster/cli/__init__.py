@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from recluster.cli.common import EXIT_ERROR, EXIT_USAGE, UsageError
 from recluster.cli.parser import build_parser
 from recluster.core.errors import TableError
-from recluster.core.sql import SqlError
+from recluster.core.sql_parser import SqlError
 from recluster.settings import SettingsError
 
 

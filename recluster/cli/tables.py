@@ -66,7 +66,7 @@ def recluster_and_report(
     policy: str | None = None,
     beta: float | None = None,
 ) -> int:
-    from recluster.core.sql import parse_predicate
+    from recluster.core.sql_predicates import parse_predicate
     from recluster.engine.rounds import recluster_table, snapshot_loader
     from recluster.spark.session import spark_session
 

@@ -1,0 +1,116 @@
+"""The tokens and the recursive-descent parser both SQL grammars share (statements in `sql`, WHERE predicates in
+`sql_predicates`): errors name the column and the offending token. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+class SqlError(ValueError):
+    """A statement that does not parse; the message names the column and the offending token."""
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+    (?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
+    |(?P<string>'(?:[^']|'')*')
+    |(?P<dquoted>"(?:[^"]|"")*")
+    |(?P<quoted>`(?:[^`]|``)*`)
+    |(?P<op><=|>=|<>|!=|=|<|>|\(|\)|,|\.|;)
+    |(?P<word>[A-Za-z_][A-Za-z0-9_]*)
+    )""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: str
+    text: str
+    position: int
+
+    @property
+    def upper(self) -> str:
+        return self.text.upper() if self.kind == "word" else self.text
+
+
+def tokenize(text: str) -> list[Token]:
+    tokens: list[Token] = []
+    position = 0
+    while position < len(text):
+        if text[position:].strip() == "":
+            break
+        match = _TOKEN.match(text, position)
+        if match is None or match.end() == position:
+            start = len(text) - len(text[position:].lstrip())
+            raise SqlError(f"syntax error at column {start + 1}: unexpected character {text[start]!r}")
+        kind = match.lastgroup or "op"
+        tokens.append(Token(kind, match.group(kind), match.start(kind)))
+        position = match.end()
+    tokens.append(Token("end", "", len(text)))
+    return tokens
+
+
+class Parser:
+    """A cursor over a statement's tokens (`offset`: where the text starts in its statement, so errors point right)."""
+
+    def __init__(self, text: str, offset: int = 0) -> None:
+        self.tokens = [Token(t.kind, t.text, t.position + offset) for t in tokenize(text)]
+        self.index = 0
+
+    @property
+    def current(self) -> Token:
+        return self.tokens[self.index]
+
+    def error(self, expected: str) -> SqlError:
+        token = self.current
+        found = "end of statement" if token.kind == "end" else repr(token.text)
+        return SqlError(f"syntax error at column {token.position + 1}: expected {expected}, found {found}")
+
+    def accept(self, *words: str) -> bool:
+        if self.current.upper in words and self.current.kind in ("word", "op"):
+            self.index += 1
+            return True
+        return False
+
+    def expect(self, *words: str) -> None:
+        if not self.accept(*words):
+            raise self.error(" or ".join(words))
+
+    def take(self) -> Token:
+        token = self.current
+        self.index += 1
+        return token
+
+    def identifier(self, what: str = "a column name") -> str:
+        token = self.current
+        if token.kind == "word":
+            return self.take().text
+        if token.kind in ("quoted", "dquoted"):
+            return unquote(self.take().text)
+        raise self.error(what)
+
+    def table(self) -> str:
+        token = self.current
+        if token.kind == "word" and token.upper == "DELTA" and self.tokens[self.index + 1].text == ".":
+            self.index += 2
+            token = self.current
+            if token.kind != "quoted":
+                raise self.error("a `quoted` table location after delta.")
+            return unquote(self.take().text)
+        if token.kind in ("string", "quoted", "dquoted"):
+            return unquote(self.take().text)
+        raise self.error("a table (delta.`URI` or a quoted path)")
+
+    def end(self) -> None:
+        self.accept(";")
+        if self.current.kind != "end":
+            raise self.error("end of statement")
+
+
+def unquote(text: str) -> str:
+    """A quoted string or name without its quotes, a doubled quote inside read as one."""
+    quote = text[0]
+    return text[1:-1].replace(quote * 2, quote)
