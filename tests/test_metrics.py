@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block
+from recluster.core.depth import depth_profile
 from recluster.core.key_encoding import encode_key
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.metrics import (
@@ -31,7 +32,6 @@ from recluster.core.metrics import (
     bucket_label,
     clustering_info,
     clustering_metrics,
-    depth_profile,
     histogram_bucket,
     nearest_rank,
 )

@@ -18,8 +18,9 @@ from typing import Any, cast
 from deltalake import DeltaTable
 
 from recluster.core.blocks import LEVEL_CONSTANT, Block, WrittenFile, new_run_id
+from recluster.core.depth import depth_profile
 from recluster.core.keys import ClusterKey
-from recluster.core.metrics import ClusteringInfo, clustering_info, depth_profile
+from recluster.core.metrics import ClusteringInfo, clustering_info
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Policy, ReclusterPlan

@@ -14,7 +14,8 @@ import numpy as np
 
 from recluster.core.block_table import NO_HORIZON, BlockTable
 from recluster.core.blocks import Block, Partition, age_run_id
-from recluster.core.metrics import ranked_depth_profile, table_mean_depth
+from recluster.core.depth import ranked_depth_profile
+from recluster.core.metrics import table_mean_depth
 from recluster.core.ranks import BoolArray, IntArray
 from recluster.core.selection.late_run import LateRunChoice, decide_late_run
 from recluster.core.selection.plan import (

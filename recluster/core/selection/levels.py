@@ -10,7 +10,7 @@ import numpy as np
 
 from recluster.core.block_table import BlockTable
 from recluster.core.blocks import Block, Partition
-from recluster.core.metrics import ranked_depth_profile
+from recluster.core.depth import ranked_depth_profile
 from recluster.core.ranks import IntArray
 from recluster.core.selection.plan import MergeTask, Reason, SelectionBounds, bounded, level_threshold, output_level
 
