@@ -1,64 +1,38 @@
-"""Run every benchmark: `python -m bench [--quick]` from the project root.
+"""The benchmarks, from their registry (bench/registry.py): `python -m bench --list | --all | NAME... [--quick]`.
 
-In sequence: the metrics benchmark (bench/metrics_bench.py, when present), merge throughput and write
-amplification (bench/merge_bench.py), the streaming job (bench/stream_bench.py), peak driver memory of planning on
-a 100,000-file table (bench/memory_bench.py), the cost of our own log commits against delta-rs's
-(bench/commit_bench.py), FINAL against z_order and raw Spark (bench/output_bench.py), fixed costs of small work
-(bench/fixed_cost_bench.py), multi-column keys on curves (bench/curve_bench.py), the
-status pages (bench/pages_bench.py), info and planning on 1,000,000-file tables (bench/big_table_bench.py), idle and
-many watched tables in one job (bench/idle_bench.py, bench/job_scale_bench.py), time-like keys
-(bench/watermark_bench.py) and their trigger in the model (bench/watermark_model_bench.py), FINAL on a standalone
-cluster (bench/cluster_bench.py), then every strategy against its anchors on the same workloads (bench/compare/,
-which also cites the results of the three before it).
-Each prints its own markdown table and writes its JSON to bench/results/; a combined table follows at the end.
+Layout: every benchmark is a module `bench/<name>_bench.py` (and the package bench/compare/), registered in
+bench/registry.py with what it compares, its results file and the files the docs cite; the helpers several of them
+use are bench/common.py. Data that the tests share with the benchmarks (seeded workloads, the standalone cluster,
+the Delta Spark referee) lives under tests/ and bench imports it from there; no test imports bench. What turns a
+results file into docs text is docgen/ (`python -m docgen.readme_figures`), which imports nothing from bench.
+
+Each named benchmark runs as `python -m <module> [--quick]` in its own interpreter (a fresh JVM each), prints its
+markdown table and writes `bench/results/<name>[-quick]-<date>.json`; a combined table of their summary rows follows.
+A benchmark that cannot run (Delta Spark or Kafka's jars missing, an error) fails with its own message; the others
+still run and the command exits 1 naming each failure. `--all` writes the combined table and the seconds of each
+to bench/results/all[-quick]-<date>.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib
-import importlib.util
-import inspect
 import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.benchmarks_table import benchmarks_table, write_docs
 from bench.common import log, markdown_table, write_results
-from docgen.figures import RESULTS
+from bench.registry import BENCHMARKS, BY_NAME, Benchmark, registry_problems
+from docgen.figures import RESULTS, ROOT, Json
 
 HEADERS = ("benchmark", "measure", "recluster", "baseline", "ratio", "goal")
 
 
-def run_metrics(quick: bool) -> dict[str, Any] | None:
-    """bench.metrics_bench: `main(quick=...)` if it takes one, else as a module in a subprocess."""
-    if importlib.util.find_spec("bench.metrics_bench") is None:
-        log("metrics: bench/metrics_bench.py not present, skipped")
-        return None
-    module = importlib.import_module("bench.metrics_bench")
-    entry = getattr(module, "main", None)
-    if entry is not None and "quick" in inspect.signature(entry).parameters:
-        result = entry(quick=quick)
-        return result if isinstance(result, dict) else None
-    command = [sys.executable, "-m", "bench.metrics_bench"]
-    source = Path(module.__file__ or "").read_text(encoding="utf-8") if module.__file__ else ""
-    if quick and '"--quick"' in source:
-        command.append("--quick")
-    print("\n### metrics\n", flush=True)
-    completed = subprocess.run(command, check=False)
-    if completed.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited with {completed.returncode}")
-    path = RESULTS / f"metrics-{dt.date.today().isoformat()}.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-
-
-def metrics_rows(result: dict[str, Any] | None) -> list[list[Any]]:
+def metrics_rows(result: Json) -> list[list[Any]]:
     """Rows of the metrics benchmark's own result format (measures with seconds, goal and ratio)."""
-    if not result:
-        return []
     rows = []
     for measure in result.get("measures", []):
         goal = measure.get("goal_seconds")
@@ -71,78 +45,80 @@ def metrics_rows(result: dict[str, Any] | None) -> list[list[Any]]:
     return rows
 
 
-def summary_rows(name: str, result: dict[str, Any]) -> list[list[Any]]:
-    return [[name, *row.values()] for row in result.get("summary", [])]
+def summary_rows(benchmark: Benchmark, quick: bool) -> list[list[Any]]:
+    """The summary rows of the results file the run just wrote (today's)."""
+    name = f"{benchmark.results_name(quick)}-{dt.date.today().isoformat()}.json"
+    if not (RESULTS / name).exists():
+        raise RuntimeError(f"{benchmark.name} exited 0 but wrote no bench/results/{name}")
+    result: Json = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    if "measures" in result:
+        return metrics_rows(result)
+    summary = result.get("summary")
+    if not isinstance(summary, list):
+        return [[benchmark.name, f"(its summary has its own format: bench/results/{name})", "", "", "", ""]]
+    return [[benchmark.name, *row.values()] for row in summary]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description="run every recluster benchmark")
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few minutes in all")
-    quick = parser.parse_args().quick
-    started = time.perf_counter()
+def run(benchmarks: list[Benchmark], quick: bool) -> int:
     timings: dict[str, float] = {}
     rows: list[list[Any]] = []
-
-    mark = time.perf_counter()
-    rows += metrics_rows(run_metrics(quick))
-    timings["metrics"] = time.perf_counter() - mark
-
-    from bench import (
-        big_table_bench,
-        cluster_bench,
-        commit_bench,
-        compare,
-        curve_bench,
-        fixed_cost_bench,
-        idle_bench,
-        job_scale_bench,
-        memory_bench,
-        merge_bench,
-        output_bench,
-        pages_bench,
-        stream_bench,
-        watermark_bench,
-        watermark_model_bench,
-    )
-
-    for name, module in (
-        ("commit", commit_bench),
-        ("output", output_bench),
-        ("fixed-cost", fixed_cost_bench),
-        ("curve", curve_bench),
-        ("pages", pages_bench),
-        ("merge", merge_bench),
-        ("stream", stream_bench),
-        ("memory", memory_bench),
-        ("big-table", big_table_bench),
-        ("idle", idle_bench),
-        ("job-scale", job_scale_bench),
-        ("watermark", watermark_bench),
-        ("watermark-model", watermark_model_bench),
-        ("cluster", cluster_bench),
-        ("compare", compare),
-    ):
+    failures: list[str] = []
+    started = time.perf_counter()
+    for benchmark in benchmarks:
+        command = [sys.executable, *benchmark.command(quick)]
+        log(f"{benchmark.name}: {' '.join(command[1:])}")
         mark = time.perf_counter()
-        rows += summary_rows(name, module.main(quick=quick))
-        timings[name] = time.perf_counter() - mark
-
+        completed = subprocess.run(command, cwd=ROOT, check=False)
+        timings[benchmark.name] = time.perf_counter() - mark
+        if completed.returncode != 0:
+            failures.append(f"{benchmark.name}: `python {' '.join(command[1:])}` exited {completed.returncode}")
+            continue
+        rows += summary_rows(benchmark, quick)
     total = time.perf_counter() - started
-    print("\n## all benchmarks" + (" (--quick)" if quick else "") + "\n")
+    print("\n## benchmarks" + (" (--quick)" if quick else "") + "\n")
     print(markdown_table(HEADERS, rows))
-    print(
-        "\nseconds: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in timings.items()) + f", total {total:.0f}"
-    )
-    path = write_results(
-        "all-quick" if quick else "all",
-        {
+    print("\nseconds: " + ", ".join(f"{name} {s:.0f}" for name, s in timings.items()) + f", total {total:.0f}")
+    if len(benchmarks) == len(BENCHMARKS):
+        result = {
             "quick": quick,
             "date": dt.date.today().isoformat(),
             "seconds": {**timings, "total": total},
+            "failed": failures,
             "summary": [dict(zip(HEADERS, row, strict=True)) for row in rows],
-        },
-    )
-    print(f"wrote {path}")
-    return 0
+        }
+        print(f"wrote {write_results('all-quick' if quick else 'all', result)}")
+    for failure in failures:
+        print(f"FAILED {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (names from --list)")
+    parser.add_argument("--all", action="store_true", help="run every registered benchmark")
+    parser.add_argument("--quick", action="store_true", help="small sizes (benchmarks with one size run as they are)")
+    parser.add_argument("--list", action="store_true", help="print the table of benchmarks")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the registry and bench/ disagree")
+    parser.add_argument("--write-docs", action="store_true", help="write the table into docs/performance.md")
+    parser.add_argument("--check-docs", action="store_true", help="exit 1 when docs/performance.md's table is stale")
+    args = parser.parse_args(argv)
+    if args.list:
+        print(benchmarks_table())
+        return 0
+    if args.check or args.check_docs:
+        problems = registry_problems()
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else write_docs(check=True) if args.check_docs else 0
+    if args.write_docs:
+        return write_docs(check=False)
+    unknown = [name for name in args.names if name not in BY_NAME]
+    if unknown or not (args.all or args.names) or (args.all and args.names):
+        parser.error(
+            (f"unknown benchmarks: {', '.join(unknown)}; " if unknown else "")
+            + "name benchmarks or give --all (not both); --list shows them"
+        )
+    return run(list(BENCHMARKS) if args.all else [BY_NAME[name] for name in args.names], args.quick)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,248 @@
+"""Every benchmark, one entry each: what `python -m bench` runs and lists, and what docs/performance.md's table of
+benchmarks is generated from (`python -m bench --write-docs`; `./dev docs` runs `--check-docs`).
+
+A benchmark is a module run as `python -m <module> [--quick] <args>` in its own interpreter (a fresh JVM each); it
+writes `bench/results/<results>[-quick]-<date>.json`. Run times are not typed here: the table reads the `seconds`
+field of the newest results file of each mode (docgen.figures.Results) and names that file; a benchmark whose results
+do not record their seconds says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from docgen.figures import ROOT
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    """What `python -m bench NAME` takes."""
+    module: str
+    compares: str
+    """recluster against which baseline, on what."""
+    results: str
+    """The results file's name before `[-quick]-<date>.json`."""
+    cited: tuple[str, ...]
+    """The results files the docs cite (docs/*.md, README.md; most through docgen, the newest of `results`)."""
+    args: tuple[str, ...] = ()
+    quick: bool = True
+    """False: the benchmark has one size, `--quick` runs it as it is."""
+    needs: str = ""
+    """What it needs beyond the venv (`./dev referee`, `./dev kafka`: its `main` fails with the reason without)."""
+    run_time: str = ""
+    """Instead of the results files' `seconds`, when those mean something else."""
+
+    def command(self, quick: bool) -> list[str]:
+        return ["-m", self.module, *(["--quick"] if quick and self.quick else []), *self.args]
+
+    def results_name(self, quick: bool) -> str:
+        return f"{self.results}-quick" if quick and self.quick else self.results
+
+
+REFEREE = "Delta Spark (`./dev referee`)"
+
+BENCHMARKS = (
+    Benchmark(
+        "metrics",
+        "bench.metrics_bench",
+        "clustering_info and the incremental level state against a full recompute (goals < 3 s, < 10 ms)",
+        "metrics",
+        ("metrics-2026-11-25.json",),
+        quick=False,
+    ),
+    Benchmark(
+        "merge",
+        "bench.merge_bench",
+        "a FINAL merge against raw Spark sort + write of the same files; incremental rounds' write amplification "
+        "against a full rewrite after every append",
+        "merge",
+        ("merge-2026-11-27.json", "merge-quick-2026-11-27.json", "merge-2026-11-22.json"),
+    ),
+    Benchmark(
+        "stream",
+        "bench.stream_bench",
+        "the streaming job under a steady writer: commit-to-decision latency against the trigger interval",
+        "stream",
+        ("stream-2026-11-24.json",),
+    ),
+    Benchmark(
+        "memory",
+        "bench.memory_bench",
+        "peak driver memory of planning on a 100,000-file table against delta-rs alone loading its add actions",
+        "memory",
+        ("memory-2026-11-25.json",),
+    ),
+    Benchmark(
+        "commit",
+        "bench.commit_bench",
+        "our own log commits against delta-rs `create_write_transaction`",
+        "commit",
+        ("commit-2026-11-24.json",),
+    ),
+    Benchmark(
+        "output",
+        "bench.output_bench",
+        "FINAL against delta-rs z_order and raw Spark on the same data",
+        "output",
+        ("output-2026-11-24.json",),
+    ),
+    Benchmark(
+        "fixed-cost",
+        "bench.fixed_cost_bench",
+        "small work (cold CLI minor optimize, a round after one append) against delta-rs compact",
+        "fixed-cost",
+        ("fixed-cost-2026-11-24.json",),
+    ),
+    Benchmark(
+        "curve",
+        "bench.curve_bench",
+        "multi-column keys on curves against delta-rs z_order",
+        "curve",
+        ("curve-2026-11-25.json",),
+    ),
+    Benchmark(
+        "pages",
+        "bench.pages_bench",
+        "status pages for many tables against the same work without a page (`status --json`)",
+        "pages",
+        ("pages-2026-11-24.json",),
+    ),
+    Benchmark(
+        "big-table",
+        "bench.big_table_bench",
+        "`info` and planning on 1,000,000-file tables against the delta-rs floor",
+        "big-table",
+        ("big-table-2026-11-26.json",),
+    ),
+    Benchmark(
+        "idle",
+        "bench.idle_bench",
+        "one scheduling pass over idle watched tables against evaluating every table",
+        "idle",
+        ("idle-2026-11-25.json",),
+    ),
+    Benchmark(
+        "job-scale",
+        "bench.job_scale_bench",
+        "1,000 tables in one job against one table: commit-to-decision latency",
+        "job-scale",
+        ("job-scale-2026-11-25.json",),
+    ),
+    Benchmark(
+        "watermark",
+        "bench.watermark_bench",
+        "time-like keys with default settings against z_order and compact",
+        "watermark",
+        ("watermark-2026-11-26.json",),
+    ),
+    Benchmark(
+        "watermark-model",
+        "bench.watermark_model_bench",
+        "the time-like trigger against the previous default, in the model",
+        "watermark-model",
+        ("watermark-model-2026-11-26.json",),
+    ),
+    Benchmark(
+        "cluster",
+        "bench.cluster_bench",
+        "FINAL on a Spark standalone cluster, 1 worker against 2",
+        "cluster",
+        ("cluster-2026-11-25.json",),
+    ),
+    Benchmark(
+        "estimate",
+        "bench.estimate_bench",
+        "`recluster estimate` against a real run of the same appends",
+        "estimate",
+        ("estimate-2026-11-27.json",),
+    ),
+    Benchmark(
+        "kafka-latency",
+        "bench.kafka_latency_bench",
+        "the job driven by commit events on Apache Kafka (SASL_SSL) against the same job polling the Delta log",
+        "kafka-latency",
+        (),
+        needs="Apache Kafka's jars (`./dev kafka`)",
+    ),
+    Benchmark(
+        "delta-optimize",
+        "bench.delta_optimize_bench",
+        "FINAL against Delta Spark's OPTIMIZE ZORDER BY and liquid OPTIMIZE FULL, same cores",
+        "delta-optimize",
+        ("delta-optimize-quick-2026-11-26.json",),
+        needs=REFEREE,
+    ),
+    Benchmark(
+        "delta-cluster",
+        "bench.delta_cluster_bench",
+        "FINAL in Spark tasks against Delta's OPTIMIZE ZORDER BY on the same standalone cluster",
+        "delta-cluster",
+        ("delta-cluster-2026-11-27.json",),
+        needs=REFEREE,
+    ),
+    Benchmark(
+        "upkeep",
+        "bench.upkeep_bench",
+        "incremental upkeep (a round per append) against liquid OPTIMIZE every 1 and 5 appends and ZORDER BY",
+        "upkeep",
+        ("upkeep-2026-11-27.json",),
+        needs=REFEREE,
+    ),
+    Benchmark(
+        "streaming-writers",
+        "bench.streaming_writers_bench",
+        "a Delta Spark streaming writer and DML beside `recluster watch` against beside OPTIMIZE every 10 s",
+        "streaming-writers",
+        (
+            "streaming-writers-2026-11-27.json",
+            "streaming-writers-old-code-2026-11-27.json",
+            "streaming-writers-trigger-10s-2026-11-27.json",
+        ),
+        needs=REFEREE,
+        run_time="two 10-minute runs (quick: 1-minute) and Delta Spark's start: its `seconds` is one run's length",
+    ),
+    Benchmark(
+        "storage-faults",
+        "bench.storage_faults_bench",
+        "every command under injected storage faults against the same commands without faults (rows exact)",
+        "storage-faults",
+        ("storage-faults-2026-11-27.json",),
+        needs=REFEREE,
+    ),
+    Benchmark(
+        "compare",
+        "bench.compare",
+        "every strategy (none, compact, z_order, Spark sort, recluster) on the same four workloads",
+        "compare",
+        ("compare-2026-11-22.json",),
+    ),
+    Benchmark(
+        "absorb",
+        "bench.compare",
+        "the absorb policy against levels and delta-rs z_order on issue 11's workloads",
+        "absorb",
+        ("absorb-2026-11-22.json",),
+        args=("--suite", "absorb"),
+    ),
+)
+
+BY_NAME = {benchmark.name: benchmark for benchmark in BENCHMARKS}
+
+
+def registry_problems() -> list[str]:
+    """What is out of step: a benchmark module not registered, a registered module or cited results file missing."""
+    bench = ROOT / "bench"
+    on_disk = {f"bench.{path.stem}" for path in bench.glob("*_bench.py")} | {"bench.compare"}
+    registered = {benchmark.module for benchmark in BENCHMARKS}
+    problems = [f"{module} is not in bench/registry.py" for module in sorted(on_disk - registered)]
+    for benchmark in BENCHMARKS:
+        relative = benchmark.module.removeprefix("bench.").replace(".", "/")
+        if not (bench / f"{relative}.py").exists() and not (bench / relative / "__main__.py").exists():
+            problems.append(f"{benchmark.name}: no module {benchmark.module}")
+        problems += [
+            f"{benchmark.name}: cited results file {file} is missing"
+            for file in benchmark.cited
+            if not (bench / "results" / file).exists()
+        ]
+    return problems
