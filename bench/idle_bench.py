@@ -25,7 +25,8 @@ from bench.common import log, publish, quick_cli
 from docgen.figures import ratio_row
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.handler import ReclusterHandler
-from recluster.settings import CLUSTER_BY_PROPERTY, Settings, StreamSettings, TableSettings
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
+from recluster.settings_job import StreamSettings
 
 PASSES = 20
 

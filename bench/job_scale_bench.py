@@ -29,7 +29,8 @@ from bench.stream_bench import percentile
 from docgen.figures import MB, ratio_row
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log_writer import set_table_properties
-from recluster.settings import CLUSTER_BY_PROPERTY, Settings, StreamSettings, TableSettings
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
+from recluster.settings_job import StreamSettings
 
 COMMITS_PER_SECOND = 10
 ROWS = 200

@@ -35,7 +35,8 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.engine.demo import append_demo_batch
 from recluster.engine.job_state import TableStatus
 from recluster.engine.publish import commit_event_json
-from recluster.settings import ClusteringSettings, KafkaSettings, Settings, StreamSettings, TableSettings
+from recluster.settings import ClusteringSettings, Settings, TableSettings
+from recluster.settings_job import KafkaSettings, StreamSettings
 from tests.kafka_broker import Broker, kafka_missing
 
 GOAL_RATIO = 1.2

@@ -25,7 +25,8 @@ from jobs.pages import PageSource, snapshot_views
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.api import read_snapshot
 from recluster.engine.optimizer import history_store, table_status
-from recluster.settings import CLUSTER_BY_PROPERTY, HttpSettings, Settings
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings
+from recluster.settings_job import HttpSettings
 
 REPEATS = 5
 

@@ -32,7 +32,8 @@ from recluster.delta.log import PRODUCER, PRODUCER_KEY
 from recluster.engine.demo import append_demo_batch
 from recluster.engine.job_state import TableStatus
 from recluster.engine.rounds import recluster_table, snapshot_loader
-from recluster.settings import ClusteringSettings, Settings, StreamSettings, TableSettings
+from recluster.settings import ClusteringSettings, Settings, TableSettings
+from recluster.settings_job import StreamSettings
 
 ROWS = 20_000
 INTERVAL_SECONDS = 1.5

@@ -1,4 +1,4 @@
-"""Writes the settings reference of docs/configuration.md from recluster/settings.py: `python -m docgen.docs_config
+"""Writes the settings reference of docs/configuration.md from recluster/settings*.py: `python -m docgen.docs_config
 [--check]`.
 
 The reference sits between `<!-- settings:reference -->` and `<!-- /settings:reference -->` and is generated from the
@@ -30,6 +30,7 @@ from pydantic_core import PydanticUndefined
 from docgen.figures import ROOT
 from recluster import settings
 from recluster.core.optimizing import PROPERTY_NAMES
+from recluster.settings_optimizing import SelfOptimizingSettings
 
 PAGE = ROOT / "docs" / "configuration.md"
 BLOCK = re.compile(r"(<!-- settings:reference -->\n).*?(<!-- /settings:reference -->)", re.DOTALL)
@@ -124,9 +125,11 @@ def sections(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, type[Ba
 
 
 def reference() -> str:
-    docs = field_docs(settings)
+    models = list(sections(settings.Settings, ""))
+    modules = dict.fromkeys(sys.modules[model.__module__] for _, model in models)  # settings.py and its section modules
+    docs = {name: fields for module in modules for name, fields in field_docs(module).items()}
     out: list[str] = []
-    for prefix, model in sections(settings.Settings, ""):
+    for prefix, model in models:
         doc = inspect.cleandoc(model.__doc__ or "") if model is not settings.Settings else ""
         out.append(f"### `{prefix}`" if prefix else "### Top level")
         if doc and not doc.startswith("Usage docs"):
@@ -136,7 +139,7 @@ def reference() -> str:
             if nested(info.annotation) and typing.get_origin(info.annotation) is None:
                 continue
             meaning = docs.get(model.__name__, {}).get(name, "")
-            if model is settings.SelfOptimizingSettings and name in PROPERTY_NAMES:
+            if model is SelfOptimizingSettings and name in PROPERTY_NAMES:
                 meaning = f"{meaning} Table property: `{PROPERTY_NAMES[name]}`.".strip()
             limits = bounds(info)
             kind = type_name(info.annotation) + (f" ({limits})" if limits else "")
@@ -171,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = str(args.page)
         lines = current.splitlines(keepends=True), generated.splitlines(keepends=True)
         sys.stdout.writelines(difflib.unified_diff(*lines, name, f"{name} (generated)"))
-        print(f"\n{name} differs from recluster/settings.py: run `python -m docgen.docs_config`", file=sys.stderr)
+        print(f"\n{name} differs from recluster/settings*.py: run `python -m docgen.docs_config`", file=sys.stderr)
         return 1
     args.page.write_text(generated, encoding="utf-8")
     print(f"rewrote {args.page}", file=sys.stderr)

@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from jobs.pages import PageSource, job_views, render_index, render_table
-from recluster.settings import HttpSettings
+from recluster.settings_job import HttpSettings
 
 if TYPE_CHECKING:
     from recluster.engine.handler import ReclusterHandler

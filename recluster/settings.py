@@ -1,4 +1,5 @@
-"""All configuration, typed, in one place (docs/operations.md).
+"""All configuration, typed (docs/operations.md): `Settings` and how it is loaded, the sections of selection, merges,
+Spark, commits and tables; the streaming job's sections in `settings_job`, self-optimizing's in `settings_optimizing`.
 
 Resolution order, highest first: CLI overrides (`--set section.field=value`), environment variables
 (`RECLUSTER_` prefix, `__` between nested names, e.g. `RECLUSTER_CLUSTERING__DEPTH_RATIO=0.2`), the YAML
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -23,12 +24,11 @@ from pydantic_settings import (
 )
 
 from recluster.core.selection.plan import Policy
+from recluster.settings_input import GIB, MIB, Section, override_value, read_config_file
 from recluster.settings_input import SettingsError as SettingsError
 from recluster.settings_input import describe_validation_error as describe_validation_error
-from recluster.settings_input import override_value, read_config_file
-
-GIB = 1 << 30
-MIB = 1 << 20
+from recluster.settings_job import HttpSettings, KafkaSettings, KubernetesSettings, StreamSettings
+from recluster.settings_optimizing import SelfOptimizingSettings
 
 CLUSTER_BY_PROPERTY = "recluster.clusterBy"
 """Table property holding the cluster key, written by `ALTER TABLE t CLUSTER BY (a, b)`."""
@@ -44,11 +44,7 @@ PRESET_BETAS: dict[str, float] = {"quality": 0.2, "economy": 1.0}
 """`selection.preset`: the beta each preset stands for (their measured effect: docs/performance.md)."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ClusteringSettings(_Section):
+class ClusteringSettings(Section):
     """How selection and merges behave (docs/concepts.md#selection-policies-6)."""
 
     depth_ratio: float = Field(0.1, gt=0)
@@ -72,7 +68,7 @@ class ClusteringSettings(_Section):
     more key columns and linear (lexicographic) for one."""
 
 
-class ParquetSettings(_Section):
+class ParquetSettings(Section):
     """How merge outputs are written (`merge.parquet.*`): like the best writers, ZSTD by default."""
 
     codec: Literal["zstd", "snappy", "gzip", "lz4", "brotli", "none"] = "zstd"
@@ -85,7 +81,7 @@ class ParquetSettings(_Section):
     """Dictionary-encode columns (pyarrow falls back to plain encoding when a dictionary grows too big)."""
 
 
-class MergeSettings(_Section):
+class MergeSettings(Section):
     parquet: ParquetSettings = ParquetSettings()
     in_process_max_bytes: int = Field(256 * MIB, ge=0)
     """Tasks of at most this many input bytes run the merge kernel in the process in one piece (no JVM, no Spark
@@ -105,7 +101,7 @@ class MergeSettings(_Section):
         return self.threads or os.cpu_count() or 1
 
 
-class SelectionSettings(_Section):
+class SelectionSettings(Section):
     """Which selection policy plans the rounds (docs/concepts.md), and the `absorb` policy's one knob."""
 
     policy: Policy = Policy.ABSORB
@@ -146,7 +142,7 @@ def resolve_selection(
     return selection.model_copy(update=updates)
 
 
-class SparkSettings(_Section):
+class SparkSettings(Section):
     master: str = "local[*]"
     """The Spark master: `local[*]`, `spark://host:7077`, `k8s://...` (set by `kubernetes.enabled`)."""
     app_name: str = "recluster"
@@ -159,7 +155,7 @@ class SparkSettings(_Section):
     """Level of Spark's own loggers once a session runs (startup chatter is silenced by recluster's log4j2 config)."""
 
 
-class CommitSettings(_Section):
+class CommitSettings(Section):
     max_attempts: int = Field(20, ge=1)
     """Attempts of one commit: each follows another writer's commit that took our version, or a storage error
     (backed off); a conflict with a concurrent delete/update is final, never retried in place."""
@@ -175,7 +171,7 @@ class CommitSettings(_Section):
     else ever writes to the table while recluster runs."""
 
 
-class TableSettings(_Section):
+class TableSettings(Section):
     uri: str
     """The table: a path, `file://`, `s3://`, `gs://`, `abfss://` or `az://` URI."""
     cluster_by: list[str] | None = None
@@ -191,201 +187,6 @@ class TableSettings(_Section):
         if isinstance(value, str):
             return [c.strip() for c in value.split(",") if c.strip()]
         return value
-
-
-class OptimizerGroup(_Section):
-    """A named share of the cluster for optimizing and reclustering (docs/operations.md): one Spark FAIR pool."""
-
-    policy: Literal["quota", "balanced"] = "quota"
-    """quota: the table with the lowest quota occupation first; balanced: the longest since last optimized first."""
-    max_concurrent_tasks: int = Field(2, ge=1)
-    """Merge tasks of this group running at once (a table's plan never runs more tasks in parallel)."""
-    cores: int = Field(1, ge=1)
-    """The pool's minShare and weight: the cores Spark's FAIR scheduler guarantees the group under load."""
-
-
-class MaintenanceSettings(_Section):
-    """Expiry of old versions, log cleanup, checkpoints and orphan cleanup, per table on a schedule."""
-
-    interval_seconds: float = Field(24 * 3600.0, ge=0)
-    """How often the job maintains each table; 0 turns scheduled maintenance off."""
-    retention_hours: float = Field(168.0, ge=0)
-    """Vacuum retention; never below the table's `delta.deletedFileRetentionDuration` (the larger wins)."""
-    orphan_safety_age_seconds: float = Field(24 * 3600.0, ge=0)
-    """Only files of ours older than this are orphan candidates (a running rewrite has young outputs)."""
-    checkpoint_every_versions: int = Field(100, ge=1)
-    """Write a checkpoint when the newest one is this many versions behind."""
-
-
-class SelfOptimizingSettings(_Section):
-    """Defaults of the `self-optimizing.*` table properties and the optimizer groups (docs/operations.md; Amoro names).
-
-    A table property of the same name (with dashes and dots, e.g. `self-optimizing.minor.trigger.file-count`)
-    overrides the default for that table; intervals are milliseconds as in Amoro.
-    """
-
-    enabled: bool = True
-    """Minor, major and full optimizing and maintenance of the tables."""
-    group: str = "default"
-    """The optimizer group a table belongs to (one of `groups`)."""
-    quota: float = Field(0.5, gt=0)
-    """Share of one core-hour per hour the table may spend on rewrites (occupation = busy time / (1 h x quota))."""
-    target_size: int = Field(128 * MIB, gt=0)
-    """Size of the files optimizing writes (segments)."""
-    fragment_ratio: float = Field(8.0, gt=1)
-    """Files smaller than target_size / fragment_ratio are fragments."""
-    min_target_size_ratio: float = Field(0.75, gt=0, le=1)
-    """Segments smaller than target_size x this are undersized (major optimizing combines them)."""
-    minor_trigger_file_count: int = Field(12, ge=2)
-    """Minor optimizing runs when a partition has this many fragments."""
-    minor_trigger_interval_ms: int = 3_600_000
-    """Minor also runs when this long passed since the last minor and there are >= 2 fragments; < 0: off."""
-    major_trigger_duplicate_ratio: float = Field(0.1, gt=0, le=1)
-    """Major runs when deleted rows (deletion vectors) hide more than this share of a segment's rows."""
-    major_trigger_undersized_count: int = Field(4, ge=2)
-    """Major runs when a partition has this many undersized segments."""
-    full_trigger_interval_ms: int = -1
-    """Full optimizing of every partition at this interval; < 0: off."""
-    groups: dict[str, OptimizerGroup] = Field(default_factory=lambda: {"default": OptimizerGroup()})
-    """The optimizer groups by name, each one Spark FAIR scheduler pool."""
-    history_location: str | None = None
-    """A Delta table where every process is appended (queryable with Spark); None: `history` under the
-    stream's checkpoint location, so one directory holds all of the job's state."""
-    quota_window_seconds: float = Field(3600.0, gt=0)
-    """The window over which quota occupation is measured (Amoro: the last hour)."""
-    maintenance: MaintenanceSettings = MaintenanceSettings()
-    tick_seconds: float = Field(10.0, gt=0)
-    """How often the job checks time-based triggers (intervals, maintenance) between micro-batches."""
-
-    @model_validator(mode="after")
-    def _check(self) -> SelfOptimizingSettings:
-        if self.group not in self.groups:
-            raise ValueError(f"self_optimizing.group {self.group!r} is not one of the groups {sorted(self.groups)}")
-        return self
-
-
-class KafkaSettings(_Section):
-    """The Kafka commit-event source and the metrics topic (docs/streaming.md)."""
-
-    bootstrap_servers: str = "127.0.0.1:9092"
-    """The Kafka brokers, `host:port[,host:port...]`."""
-    commits_topic: str = "recluster.commits"
-    """The topic of commit events (`stream.source: kafka`)."""
-    metrics_topic: str | None = None
-    """Where one metrics record per touched table goes after each micro-batch; None: not published."""
-    starting_offsets: Literal["earliest", "latest"] = "latest"
-    """Where a new checkpoint starts reading the commits topic."""
-    max_events_per_batch: int = Field(10_000, ge=1)
-    """Commit events one micro-batch reads at most."""
-    metrics_buffer_records: int = Field(10_000, ge=1)
-    """Records kept while the broker is unreachable; the oldest are dropped (and counted) beyond this."""
-    client_options: dict[str, str] = Field(default_factory=dict)
-    """Extra kafka-python client settings (security_protocol, sasl_mechanism, ...)."""
-    reader: Literal["python", "spark"] = "python"
-    """What reads the commits topic. `python`: recluster's own source (kafka-python, no jars). `spark`: Spark's
-    Kafka source, which needs `spark-sql-kafka-0-10` on the classpath (`spark.conf` `spark.jars.packages` or
-    `spark.jars`); `client_options` are handed to it in the Java client's names (docs/kafka.md)."""
-
-
-def default_state_dir() -> str:
-    """Where the job keeps its checkpoint and history by default: `$XDG_STATE_HOME/recluster`, else
-    `~/.local/state/recluster` — never the current directory of a one-off command."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "recluster")
-
-
-class StreamSettings(_Section):
-    source: Literal["delta-log", "kafka"] = "delta-log"
-    """What triggers the job: polling the watched tables' Delta logs, or commit events on Kafka."""
-    checkpoint_location: str = Field(default_factory=lambda: os.path.join(default_state_dir(), "checkpoint"))
-    """The Spark checkpoint of the job; the history table lives under it unless set on its own. Default:
-    `$XDG_STATE_HOME/recluster/checkpoint`, else `~/.local/state/recluster/checkpoint` (never the working directory)."""
-    trigger_interval_seconds: float = Field(1.0, gt=0)
-    """The streaming query's processing-time trigger."""
-    starting_version: Literal["latest", "earliest"] | int = "latest"
-    """Where the job starts reading each log on its first start (a checkpoint then keeps its offsets): `latest`,
-    `earliest` or a version number."""
-    max_commits_per_batch: int = Field(1000, ge=1)
-    """Commits one micro-batch reads at most."""
-    max_tasks_per_batch: int = Field(4, ge=1)
-    """Merge tasks one micro-batch runs at most; the rest is pending for the next."""
-    max_bytes_per_batch: int = Field(8 * GIB, gt=0)
-    """Input bytes one micro-batch merges at most; the rest is pending for the next."""
-    table_retry_seconds: float = Field(10.0, gt=0)
-    """After a table's work fails (its error shown with the table), it is tried again after this long, doubled for
-    each further failure in a row; the other tables go on meanwhile."""
-    table_retry_max_seconds: float = Field(600.0, gt=0)
-    """The longest wait before a failing table is tried again."""
-
-
-class KubernetesSettings(_Section):
-    """Spark on Kubernetes (client mode: this process is the driver, executors are pods; docs/operations.md).
-
-    When enabled, `recluster watch` derives the Spark master and the `spark.kubernetes.*`, driver and executor
-    settings from this section (recluster/k8s.py); keys set in `spark.conf` still win over the derived ones.
-    """
-
-    enabled: bool = False
-    """Run Spark on Kubernetes: derive the master and the `spark.kubernetes.*` settings from this section."""
-    api_server: str = "https://kubernetes.default.svc"
-    """The API server as seen from the driver pod; the Spark master becomes `k8s://<api_server>`."""
-    namespace: str = "default"
-    """Where executor pods are created: the driver pod's namespace."""
-    container_image: str | None = None
-    """Executor image: the driver's own image, so both run the same Python, pyspark and recluster."""
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    """Pull policy of the executor image."""
-    service_account: str = "recluster"
-    """Service account allowed to manage executor pods, services, config maps and volume claims."""
-    driver_service: str = "recluster-driver"
-    """Headless service selecting the driver pod; executors reach the driver at its DNS name."""
-    cluster_domain: str = "cluster.local"
-    """The cluster's DNS domain, part of the driver's host name."""
-    driver_port: int = Field(7078, ge=1, le=65535)
-    """`spark.driver.port`: executors connect to the driver here (the Service exposes it)."""
-    block_manager_port: int = Field(7079, ge=1, le=65535)
-    """`spark.driver.blockManager.port` (the Service exposes it)."""
-    executor_instances: int = Field(2, ge=0)
-    """Fixed number of executors when dynamic allocation is off."""
-    dynamic_allocation: bool = False
-    """Scale executors with the work (with shuffle tracking: no external shuffle service on Kubernetes)."""
-    min_executors: int = Field(0, ge=0)
-    """With dynamic allocation: the fewest executors."""
-    max_executors: int = Field(4, ge=1)
-    """With dynamic allocation: the most executors."""
-    executor_cores: int = Field(1, ge=1)
-    """Cores of each executor pod."""
-    executor_memory: str = "2g"
-    """Heap of each executor (`spark.executor.memory`)."""
-    executor_pod_template_file: str | None = None
-    """Executor pod template (security context, volumes, credentials): a path readable by the driver."""
-    event_log_dir: str | None = None
-    """Spark event log (for the history server) on durable storage; None: no event log."""
-
-    @model_validator(mode="after")
-    def _check(self) -> KubernetesSettings:
-        if self.enabled and not self.container_image:
-            raise ValueError("kubernetes.container_image is required when kubernetes.enabled is true")
-        if self.min_executors > self.max_executors:
-            raise ValueError("kubernetes.min_executors must not exceed kubernetes.max_executors")
-        return self
-
-    @property
-    def driver_host(self) -> str:
-        """The driver's DNS name: the headless service in the driver's namespace."""
-        return f"{self.driver_service}.{self.namespace}.svc.{self.cluster_domain}"
-
-
-class HttpSettings(_Section):
-    """The job's HTTP endpoints: /healthz, /readyz, /metrics (Prometheus), /status, and the status pages (`/`,
-    `/tables/<name>`, `/api/tables`; jobs/health.py, jobs/pages.py)."""
-
-    port: int | None = Field(None, ge=0, le=65535)
-    """None: no HTTP server; 0: any free port."""
-    host: str = "127.0.0.1"
-    """Where the server binds: this machine only unless configured (a pod sets 0.0.0.0 for its probes)."""
-    progress_timeout_seconds: float = Field(900.0, gt=0)
-    """/healthz fails when the query made no progress for this long; must exceed the longest micro-batch."""
 
 
 _CONFIG_FILE: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("config_file")

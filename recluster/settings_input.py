@@ -1,5 +1,5 @@
-"""What users hand the settings (recluster/settings.py): YAML files, `--set` values, and pydantic's validation errors
-as one line each."""
+"""What users hand the settings (recluster/settings.py) and what every section is made of: YAML files, `--set` values,
+pydantic's validation errors as one line each, the base of every section and the byte units defaults are written in."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+class Section(BaseModel):
+    """The base of every settings section: a key users misspell is refused (`extra="forbid"`), values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SettingsError(ValueError):

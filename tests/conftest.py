@@ -64,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from recluster.settings import SelfOptimizingSettings, SparkSettings
+    from recluster.settings import SparkSettings
+    from recluster.settings_optimizing import SelfOptimizingSettings
     from recluster.spark.session import spark_session
 
     jars = ",".join(map(str, spark_kafka_jars()))  # Spark's Kafka source, for the tests of kafka.reader: spark

@@ -346,7 +346,8 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
     """The job plans each table with its policy: the default (absorb), or the table property recluster.policy
     (levels); the rows survive, and the status says which policy served the table."""
     from jobs.autorecluster import start_job, stop_gracefully
-    from recluster.settings import StreamSettings, TableSettings
+    from recluster.settings import TableSettings
+    from recluster.settings_job import StreamSettings
 
     absorbed, levelled = tmp_path / "absorbed", tmp_path / "levelled"
     rng = np.random.default_rng(21)

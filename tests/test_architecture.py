@@ -14,6 +14,8 @@ LAYERS = {
     "recluster.core": 0,
     "recluster.settings": 0,
     "recluster.settings_input": 0,
+    "recluster.settings_job": 0,
+    "recluster.settings_optimizing": 0,
     "recluster.delta": 1,
     "recluster.merge": 2,
     "recluster.spark": 2,

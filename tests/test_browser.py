@@ -16,14 +16,9 @@ import pytest
 
 from jobs.autorecluster import start_job, stop_gracefully
 from jobs.health import HealthServer
-from recluster.settings import (
-    ClusteringSettings,
-    HttpSettings,
-    SelfOptimizingSettings,
-    Settings,
-    StreamSettings,
-    TableSettings,
-)
+from recluster.settings import ClusteringSettings, Settings, TableSettings
+from recluster.settings_job import HttpSettings, StreamSettings
+from recluster.settings_optimizing import SelfOptimizingSettings
 from tests.helpers import append_random
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

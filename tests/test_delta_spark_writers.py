@@ -17,7 +17,8 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.cli import main
 from recluster.core.outcomes import CommitStatus
 from recluster.engine.rounds import recluster_table, snapshot_loader
-from recluster.settings import ClusteringSettings, Settings, StreamSettings, TableSettings
+from recluster.settings import ClusteringSettings, Settings, TableSettings
+from recluster.settings_job import StreamSettings
 from tests.delta_spark_tables import RECIPES, copy, our_versions, protocol
 from tests.helpers import wait_for
 from tests.referee import Referee, RefereeError

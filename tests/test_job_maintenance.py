@@ -28,7 +28,7 @@ from recluster.core.optimizing import (
 from recluster.delta.maintenance import maintain_table
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_maintenance import MAINTENANCE_JITTER, maintenance_jitter
-from recluster.settings import SelfOptimizingSettings
+from recluster.settings_optimizing import SelfOptimizingSettings
 from tests.test_self_optimizing import job_settings, timelike_append
 
 

@@ -19,7 +19,8 @@ from recluster.engine.job_schedule import loader_of
 from recluster.engine.job_state import LevelStatus, TableStatus
 from recluster.engine.job_status import StatusBoard, follow_statuses
 from recluster.engine.planning import plan_process, recluster_plan
-from recluster.settings import CLUSTER_BY_PROPERTY, Settings, StreamSettings, TableSettings
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
+from recluster.settings_job import StreamSettings
 from tests.helpers import row_multiset
 
 

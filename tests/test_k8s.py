@@ -32,7 +32,8 @@ from recluster.cli.watch import stream_settings
 from recluster.engine.job_state import LevelStatus, TableStatus
 from recluster.engine.job_status import StatusBoard
 from recluster.engine.k8s import kubernetes_spark_conf, prepare_event_log_dir, with_kubernetes
-from recluster.settings import HttpSettings, KubernetesSettings, Settings, SettingsError, load_settings
+from recluster.settings import Settings, SettingsError, load_settings
+from recluster.settings_job import HttpSettings, KubernetesSettings
 from tests.helpers import append_random, run_main
 from tests.spark_cluster import free_port
 

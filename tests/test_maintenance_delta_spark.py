@@ -21,7 +21,7 @@ from recluster.delta.maintenance import maintain_table
 from recluster.delta.maintenance_steps import MaintenanceStep, RefusalReason
 from recluster.delta.replay import replay_log
 from recluster.engine.rounds import recluster_table, snapshot_loader
-from recluster.settings import MaintenanceSettings
+from recluster.settings_optimizing import MaintenanceSettings
 from tests.delta_spark_tables import RECIPES, Recipe, copy, protocol, rows, settings_for
 from tests.referee import Referee
 from tests.test_job_maintenance import handler_with_tables

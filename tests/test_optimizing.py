@@ -30,7 +30,8 @@ from recluster.core.optimizing import (
 )
 from recluster.core.selection.plan import Reason, SelectionBounds
 from recluster.delta.history import records_from_arrow, records_to_arrow
-from recluster.settings import OptimizerGroup, SelfOptimizingSettings, SettingsError
+from recluster.settings import SettingsError
+from recluster.settings_optimizing import OptimizerGroup, SelfOptimizingSettings
 
 KEY = (KeyColumn("k", KeyType.INTEGER),)
 MB = 1 << 20

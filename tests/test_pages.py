@@ -16,7 +16,8 @@ import pytest
 from jobs.health import HealthServer
 from jobs.pages import PageSource, snapshot_views
 from recluster.engine.optimizer import history_store
-from recluster.settings import HttpSettings, Settings
+from recluster.settings import Settings
+from recluster.settings_job import HttpSettings
 from tests.helpers import append_random, main_json
 
 SCRIPT_NAME = "x<script>alert(1)</script>"

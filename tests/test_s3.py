@@ -29,12 +29,12 @@ from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
     CommitSettings,
-    MaintenanceSettings,
     Settings,
-    StreamSettings,
     TableSettings,
     load_settings,
 )
+from recluster.settings_job import StreamSettings
+from recluster.settings_optimizing import MaintenanceSettings
 from tests.helpers import row_multiset, run_cli
 from tests.s3_server import REGION, S3Server, moto_server, s3_environment
 from triggers.delta_log import newest_version

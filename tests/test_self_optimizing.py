@@ -17,16 +17,9 @@ from recluster.delta.log import PRODUCER, PRODUCER_KEY
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.maintenance import maintain_table
 from recluster.engine.api import read_snapshot
-from recluster.settings import (
-    CLUSTER_BY_PROPERTY,
-    ClusteringSettings,
-    MaintenanceSettings,
-    SelfOptimizingSettings,
-    Settings,
-    StreamSettings,
-    TableSettings,
-    history_location,
-)
+from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings, TableSettings, history_location
+from recluster.settings_job import StreamSettings
+from recluster.settings_optimizing import MaintenanceSettings, SelfOptimizingSettings
 from tests.helpers import main_json, row_multiset, run_main
 from tests.test_job import running_job
 

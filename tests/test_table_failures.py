@@ -180,7 +180,8 @@ def test_a_storage_error_while_estimating_is_logged_and_the_estimate_thread_goes
 ) -> None:
     from recluster.engine import estimate
     from recluster.engine.optimizer import history_store
-    from recluster.settings import Settings, StreamSettings
+    from recluster.settings import Settings
+    from recluster.settings_job import StreamSettings
 
     def unreachable(uri: str, **kwargs: Any) -> Any:
         raise OSError(errno.ECONNRESET, "Generic S3 error: connection reset by peer")

@@ -16,7 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from recluster.settings import KafkaSettings, SettingsError
+from recluster.settings import SettingsError
+from recluster.settings_job import KafkaSettings
 from triggers.kafka_commits import SCHEMA, event_row
 
 CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"

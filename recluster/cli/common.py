@@ -10,13 +10,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from recluster.settings import (
-    KafkaSettings,
-    Settings,
-    SettingsError,
-    describe_validation_error,
-    load_settings,
-)
+from recluster.settings import Settings, SettingsError, describe_validation_error, load_settings
+from recluster.settings_job import KafkaSettings
 
 if TYPE_CHECKING:
     pass

@@ -23,7 +23,8 @@ from typing import Any
 
 from recluster.core.blocks import LEVEL_APPENDED, LEVEL_CONSTANT, Block, Partition
 from recluster.core.selection.plan import MergeTask, Reason, ReclusterPlan, SelectionBounds
-from recluster.settings import OptimizerGroup, SelfOptimizingSettings, SettingsError
+from recluster.settings import SettingsError
+from recluster.settings_optimizing import OptimizerGroup, SelfOptimizingSettings
 
 
 class ProcessType(StrEnum):

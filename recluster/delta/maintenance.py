@@ -34,7 +34,7 @@ from recluster.delta.storage import (
     remove_stored_files,
 )
 from recluster.delta.storage_faults import describe_storage_error
-from recluster.settings import MaintenanceSettings
+from recluster.settings_optimizing import MaintenanceSettings
 
 _INTERVAL_UNITS = {
     "nanosecond": 1e-9,

@@ -16,7 +16,7 @@ import socket
 import ssl
 from collections.abc import Iterator, Mapping
 
-from recluster.settings import KafkaSettings
+from recluster.settings_job import KafkaSettings
 
 log = logging.getLogger(__name__)
 

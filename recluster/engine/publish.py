@@ -24,7 +24,7 @@ from recluster.core.optimizing import ProcessRecord
 from recluster.core.outcomes import OutcomeTotals
 from recluster.core.selection.plan import Policy, WatermarkDecision, partition_text
 from recluster.engine.estimate_record import latest_projection
-from recluster.settings import KafkaSettings
+from recluster.settings_job import KafkaSettings
 
 log = logging.getLogger(__name__)
 

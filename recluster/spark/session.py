@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from recluster.settings import OptimizerGroup, SparkSettings
+from recluster.settings import SparkSettings
+from recluster.settings_optimizing import OptimizerGroup
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 """Shipped with the package: Spark's JVMs log through it instead of Spark's default profile."""

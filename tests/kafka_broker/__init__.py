@@ -20,7 +20,8 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from recluster.settings import ClusteringSettings, KafkaSettings, Settings, StreamSettings, TableSettings
+from recluster.settings import ClusteringSettings, Settings, TableSettings
+from recluster.settings_job import KafkaSettings, StreamSettings
 from tests.helpers import wait_for
 from tests.kafka_broker.tls import Certificates, make_certificates
 from tests.spark_cluster import free_port

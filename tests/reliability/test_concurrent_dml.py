@@ -21,13 +21,8 @@ import recluster.engine.rounds
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.outcomes import CommitStatus
 from recluster.delta.log_writer import set_table_properties
-from recluster.settings import (
-    CLUSTER_BY_PROPERTY,
-    ClusteringSettings,
-    Settings,
-    StreamSettings,
-    TableSettings,
-)
+from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings, TableSettings
+from recluster.settings_job import StreamSettings
 from tests.helpers import row_multiset
 from tests.reliability.checks import assert_intact, run_final, scaled
 
