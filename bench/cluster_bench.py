@@ -25,8 +25,8 @@ import numpy as np
 from deltalake import DeltaTable
 
 from bench.common import LogBackup, live_files, log, publish, quick_cli, random_batch
-from bench.compare.measurement import row_fingerprint
 from docgen.figures import MB
+from tests.fingerprints import row_fingerprint
 from tests.spark_cluster import Cluster, cluster_config, executor_tree_rss, standalone_cluster
 from tests.workload_data import append
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from docgen.figures import RESULTS, SUMMARY_HEADERS, summary_records
 from recluster.settings import SparkSettings
+from tests.file_stats import add_actions
 from tests.workload_data import STRING_WIDTH, letters
 
 SPARK_SETTINGS = SparkSettings(master="local[2]", shuffle_partitions=4)
@@ -110,11 +110,6 @@ def random_batch(rng: np.random.Generator, rows: int) -> pa.Table:
             "n": pa.array(rng.integers(0, 1_000_000, size=rows, dtype=np.int32)),
         }
     )
-
-
-def add_actions(path: Path) -> pa.Table:
-    """The add actions of the latest version, one row per live file (flattened: stats as `min.<col>` etc.)."""
-    return pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
 
 
 def live_files(path: Path) -> list[tuple[str, int, int]]:

@@ -30,20 +30,18 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from bench.common import log, publish, quick_cli
-from bench.compare.measurement import row_fingerprint
 from bench.curve_data import RealData, flights, lineitem
 from docgen.figures import ratio_row
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings
+from tests.file_stats import PREDICATES, WIDTH, as_numbers
+from tests.fingerprints import row_fingerprint
 from tests.workload_data import letters
 
 COLUMNS = ("a", "b")
 REAL_FILES = 48
 """Files the real tables are cut into (the issue's reference layout has 46 on 2M rows)."""
-PREDICATES = 200
-"""Narrow predicates per column: each covers WIDTH of the column's domain (strings: one value)."""
-WIDTH = 0.001
 
 Predicates = dict[str, tuple[np.ndarray, np.ndarray]]
 """Per column, the low and high ends of each predicate."""
@@ -61,17 +59,6 @@ def batch(rng: np.random.Generator, rows: int) -> pa.Table:
 
 def no_spark() -> Any:
     raise AssertionError("the curve bench runs the kernel in the process")
-
-
-def as_numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A column as numbers to compare (dates as days, timestamps as microseconds); strings stay strings."""
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return np.asarray(column.to_pylist(), dtype=object)
-    if pa.types.is_timestamp(column.type):
-        column = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
-    elif pa.types.is_date32(column.type):
-        column = column.cast(pa.int32())
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def random_predicates(table: pa.Table, columns: tuple[str, ...], seed: int) -> Predicates:

@@ -26,9 +26,9 @@ from deltalake import DeltaTable
 
 from bench.cluster_bench import PeakExecutorMemory, run_final_on_cluster
 from bench.common import LogBackup, live_files, log, publish, quick_cli, random_batch
-from bench.compare.measurement import batches_fingerprint
 from docgen.figures import MB
 from docgen.summary_figures import delta_cluster_rows
+from tests.fingerprints import batches_fingerprint
 from tests.referee import REFEREE_PYTHON, Referee, referee_missing
 from tests.spark_cluster import CLUSTER_DRIVER_CONF, standalone_cluster
 from tests.workload_data import append

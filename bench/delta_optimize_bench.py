@@ -35,10 +35,10 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
 from bench.common import log, publish, quick_cli
-from bench.compare.measurement import row_fingerprint
 from bench.curve_bench import random_predicates, scan_shares
 from bench.curve_data import RealData, flights, lineitem
 from docgen.summary_figures import delta_optimize_rows
+from tests.fingerprints import row_fingerprint
 from tests.referee import Referee, referee_missing
 from tests.workload_data import letters
 

@@ -14,26 +14,21 @@ hourly timestamps). Writes bench/results/estimate[-quick]-<date>.json.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-from deltalake import DeltaTable
 
 from bench.common import LogBackup, log, publish, quick_cli
 from docgen.figures import ratio_row
-from recluster.core.metrics import clustering_info
-from recluster.core.pruning import column_scan_fractions
-from recluster.engine.api import read_snapshot
 from recluster.engine.estimate import estimate_table
 from recluster.engine.rounds import recluster_table, snapshot_loader
-from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
+from recluster.settings import ClusteringSettings, Settings
+from tests.estimate_runs import no_spark, real_run, write_long_log
 from tests.workload_data import Workload, append, bounded_time_batch, time_batch, two_column_batch, uniform_batch
 
 WORKLOADS = (
@@ -48,38 +43,6 @@ GOALS = {"bytes_rewritten": 0.20, "time_averaged_depth": 0.10, "files_read": 0.1
 FINAL_REPEATS = 3
 SPEED_COMMITS = 10_000
 SPEED_GOAL_SECONDS = 10.0
-
-
-def no_spark() -> object:
-    raise AssertionError("the rounds of this benchmark run in the process")
-
-
-def files_read(path: Path, settings: Settings) -> dict[str, float]:
-    """Per key column: files a point predicate on it reads after stats pruning (the same measure as the model's)."""
-    snapshot = read_snapshot(str(path), settings=settings)
-    count = len(snapshot.blocks)
-    return {name: share * count for name, share in column_scan_fractions(snapshot.blocks, snapshot.key).items()}
-
-
-def real_run(path: Path, batches: Sequence[pa.Table], key: Sequence[str], settings: Settings) -> dict[str, Any]:
-    """Append each batch and run one recluster round after it; what the rounds wrote and the depth they kept."""
-    written, rows, depths, merges = 0, 0, [], 0
-    for batch in batches:
-        append(path, batch, key)
-        result = recluster_table(
-            str(path), snapshot_loader(str(path), settings, None), settings=settings, spark_factory=no_spark
-        )
-        written += result.totals.bytes_written
-        rows += result.totals.rows_rewritten
-        merges += result.totals.tasks
-        depths.append(clustering_info(read_snapshot(str(path), settings=settings).blocks).table.average_depth)
-    return {
-        "bytes_rewritten": written,
-        "row_write_amplification": rows / sum(b.num_rows for b in batches),
-        "merges": merges,
-        "time_averaged_depth": float(np.mean(depths)),
-        "files_read": files_read(path, settings),
-    }
 
 
 def real_final(path: Path, settings: Settings) -> dict[str, Any]:
@@ -140,51 +103,6 @@ def run_case(workload: Workload, appends: int, seed: int, work: Path) -> dict[st
         "real": {**measured, "files_read": measured["files_read"][first], "initial": final},
         "estimate_json": estimate.to_dict(),
     }
-
-
-def write_long_log(path: Path, commits: int) -> None:
-    """A table of `commits` appends written as Delta log files directly (no data files: only the log is read)."""
-    log_dir = path / "_delta_log"
-    log_dir.mkdir(parents=True)
-    schema = {"type": "struct", "fields": [{"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}}]}
-    metadata = {
-        "id": "estimate-bench",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": json.dumps(schema),
-        "partitionColumns": [],
-        "configuration": {CLUSTER_BY_PROPERTY: "ts"},
-        "createdTime": 0,
-    }
-    hour = 3_600_000
-    start = 1_767_225_600_000  # 2026-01-01
-    for version in range(commits):
-        low, high = start + (version - 2) * hour, start + (version + 1) * hour - 1
-        stats = {
-            "numRecords": 1_000,
-            "minValues": {"ts": _iso(low)},
-            "maxValues": {"ts": _iso(high)},
-            "nullCount": {"ts": 0},
-        }
-        add = {
-            "path": f"part-{version:05d}.parquet",
-            "partitionValues": {},
-            "size": 8_000,
-            "modificationTime": start + version * hour,
-            "dataChange": True,
-            "stats": json.dumps(stats),
-        }
-        actions: list[dict[str, Any]] = [
-            {"commitInfo": {"timestamp": start + version * hour, "operation": "WRITE"}},
-            {"add": add},
-        ]
-        if version == 0:
-            actions[1:1] = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, {"metaData": metadata}]
-        (log_dir / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
-    DeltaTable(str(path)).create_checkpoint()  # as writers do every 100 commits: no reader replays 10,000 commits
-
-
-def _iso(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
 def speed_check(work: Path) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import numpy as np
 from deltalake import DeltaTable
 
 from bench.common import log, publish, quick_cli, random_batch
-from bench.compare.measurement import row_fingerprint
+from tests.fingerprints import row_fingerprint
 from tests.workload_data import append
 
 REPEATS = 3

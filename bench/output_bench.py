@@ -39,8 +39,8 @@ from bench.common import (
     start_spark,
     write_results,
 )
-from bench.compare.measurement import row_fingerprint
 from docgen.figures import SUMMARY_HEADERS, summary_records
+from tests.fingerprints import row_fingerprint
 from tests.workload_data import append
 
 SIDES = ("recluster", "z_order", "raw_spark")

@@ -39,15 +39,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from bench.common import add_actions, log, publish, write_results
-from bench.compare.measurement import depth, live_sizes, row_fingerprint
+from bench.common import log, publish, write_results
+from bench.compare.measurement import depth, live_sizes
 from bench.compare.strategies import Context, recluster_round
 from bench.compare.workloads import SEED
-from bench.curve_bench import PREDICATES, WIDTH, as_numbers
 from bench.upkeep_cases import EVERY, STRATEGIES, Case, Strategy, cases
 from docgen.figures import RESULTS
 from docgen.upkeep_report import goals, summary_rows
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings
+from tests.file_stats import Predicates, files_read
+from tests.fingerprints import row_fingerprint
 from tests.referee import Referee, referee_missing
 from tests.workload_data import append
 
@@ -55,51 +56,6 @@ DRIVER_MEMORY = "3g"
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "2"}
 """Session settings for Delta on two cores: on its defaults (200 shuffle partitions, 50 snapshot partitions) one
 OPTIMIZE of a 1 MB table took 17 s on this machine, 4 s with these; maxFileSize is set per case."""
-# ---- predicates: at random places in what the table holds so far ------------------------------------------------
-
-
-class Predicates:
-    """Per key column, PREDICATES fixed uniform draws placed in the domain of the rows appended so far."""
-
-    def __init__(self, batches: list[pa.Table], key: tuple[str, ...], seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        self.draws = {name: rng.random(PREDICATES) for name in key}
-        self.prefix = np.cumsum([b.num_rows for b in batches])
-        self.values = {name: as_numbers(pa.chunked_array([b[name] for b in batches])) for name in key}
-        self.lows: dict[str, np.ndarray] = {}
-        self.highs: dict[str, np.ndarray] = {}
-        for name, values in self.values.items():
-            if values.dtype != object:
-                self.lows[name] = np.minimum.accumulate([values[:n].min() for n in self.prefix])
-                self.highs[name] = np.maximum.accumulate([values[:n].max() for n in self.prefix])
-
-    def at(self, step: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """The predicates after append `step` (0-based): {column: (lows, highs)}."""
-        out = {}
-        for name, draws in self.draws.items():
-            values = self.values[name]
-            if values.dtype == object:
-                picks = values[(draws * self.prefix[step]).astype(np.int64)]
-                out[name] = (picks, picks)
-                continue
-            low, high = float(self.lows[name][step]), float(self.highs[name][step])
-            width = (high - low) * WIDTH
-            starts = low + draws * (high - low - width)
-            out[name] = (starts, starts + width)
-        return out
-
-
-def files_read(path: Path, predicates: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[dict[str, float], int]:
-    """Per key column the mean files a predicate reads after min/max pruning; the live files."""
-    actions = add_actions(path)
-    read = {}
-    for name, (low, high) in predicates.items():
-        file_low, file_high = as_numbers(actions[f"min.{name}"]), as_numbers(actions[f"max.{name}"])
-        if pa.types.is_timestamp(actions[f"max.{name}"].type):
-            file_high = file_high + 999  # Delta's stats keep milliseconds: a max may be below the real one
-        hits = (file_low[None, :] <= high[:, None]) & (low[:, None] <= file_high[None, :])
-        read[name] = float(hits.sum(axis=1).mean())
-    return read, actions.num_rows
 
 
 def key_depth(path: Path, settings: Settings, key: tuple[str, ...]) -> float:

@@ -1,10 +1,13 @@
-"""Shared fixtures: one session-scoped local Spark session and Kafka broker, the triggers its streaming queries
-complete; real Delta tables under tmp_path."""
+"""Shared fixtures: one session-scoped local Spark session, Kafka broker, Delta Spark referee and S3 server, the
+triggers the streaming queries complete; real Delta tables under tmp_path. Every test that needs a JVM or a service
+is marked `needs_services` here, and `--quick` (`./dev test --quick`, docs/getting-started.md) runs the others with
+no JVM or service program available to them."""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -14,14 +17,108 @@ import pytest
 
 from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars
 from tests.referee import Referee, referee_missing
+from tests.s3_server import S3Server, moto_server
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+SERVICE_FIXTURES = frozenset({"spark", "referee", "sources", "broker", "s3", "cluster", "azurite", "gcs"})
+"""Fixtures that start a JVM (Spark, the referee, Kafka, a standalone cluster) or a service (moto, azurite, fake GCS):
+a test using one, directly or through another fixture, is marked `needs_services`."""
+
+SERVICE_PROGRAMS = ("java", "chromium", "chromium-browser", "node", "azurite-blob", "kubectl", "kind", "docker")
+"""What the quick run replaces on PATH (and JAVA_HOME) by a stub that records the attempt and fails."""
+
+QUICK_LOG = "RECLUSTER_QUICK_STARTED"
+"""The environment variable naming the file the stubs append the programs they were asked to run to."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", help="tests/reliability: the long soak mode (not for CI)")
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="only the tests that need no JVM and no service (not marked needs_services); one that starts one fails",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--quick"):
+        _stub_service_programs(Path(tempfile.mkdtemp(prefix="recluster-quick-")))
+
+
+def _stub_service_programs(root: Path) -> None:
+    """Put stubs of SERVICE_PROGRAMS first on PATH and JAVA_HOME at them, for this process and its children: Spark
+    (pyspark's spark-submit runs $JAVA_HOME/bin/java), the referee, Kafka and a browser cannot start."""
+    stubs = root / "bin"
+    stubs.mkdir()
+    log = root / "started.log"
+    log.touch()
+    for program in SERVICE_PROGRAMS:
+        stub = stubs / program
+        stub.write_text(
+            '#!/bin/sh\necho "$(basename "$0") $*" >> "$RECLUSTER_QUICK_STARTED"\n'
+            'echo "recluster quick run: $(basename "$0") is not available (mark the test needs_services)" >&2\n'
+            "exit 127\n"
+        )
+        stub.chmod(0o755)
+    os.environ["PATH"] = f"{stubs}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["JAVA_HOME"] = str(root)
+    os.environ[QUICK_LOG] = str(log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that uses a SERVICE_FIXTURES fixture (or carries the `spark` marker) `needs_services`; with
+    --quick, deselect the tests so marked (here or by hand)."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SERVICE_FIXTURES or item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.needs_services)
+    if config.getoption("--quick"):
+        slow = [item for item in items if item.get_closest_marker("needs_services")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("needs_services")]
+
+
+@pytest.fixture(autouse=True)
+def _no_service_started_in_quick_run() -> Iterator[None]:
+    """In the quick run: fail a test that tried to run a JVM or a service program, even if it caught the error."""
+    log = os.environ.get(QUICK_LOG)
+    if log is None:
+        yield
+        return
+    before = Path(log).stat().st_size
+    yield
+    with open(log, encoding="utf-8") as started:
+        started.seek(before)
+        attempts = started.read().strip()
+    if attempts:
+        pytest.fail(
+            f"the quick run (--quick) has no JVM or service; this test tried to run: {attempts}. "
+            "Mark it @pytest.mark.needs_services"
+        )
+
+
+def _service(name: str) -> None:
+    """A service fixture refuses to start in the quick run (a test that needs it is deselected there)."""
+    if os.environ.get(QUICK_LOG) is not None:
+        pytest.fail(f"the quick run (--quick) starts no {name}: mark the test @pytest.mark.needs_services")
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto_server, one for the session (tests/s3_server.py)."""
+    _service("S3 server")
+    with moto_server(tmp_path_factory.mktemp("moto")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """Apache Kafka, one broker for the session (tests/test_kafka*.py, tests/reliability)."""
+    _service("Kafka broker")
     missing = kafka_missing()
     if missing:
         if os.environ.get("CI") == "true":
@@ -36,6 +133,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 @pytest.fixture(scope="session")
 def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
     """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py)."""
+    _service("Delta Spark referee")
     missing = referee_missing()
     if missing:
         if os.environ.get("CI") == "true":
@@ -58,12 +156,10 @@ def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> dict[
     return {name: root / name for name in RECIPES}
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--soak", action="store_true", help="tests/reliability: the long soak mode (not for CI)")
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    """The local Spark session, one for the session (two cores, two shuffle partitions)."""
+    _service("Spark session")
     from recluster.settings import SparkSettings
     from recluster.settings_optimizing import SelfOptimizingSettings
     from recluster.spark.session import spark_session

@@ -4,6 +4,7 @@ and as a subprocess), `recluster watch` processes and their process trees, and w
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import os
@@ -12,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 from hypothesis import settings
 
+from recluster.core.blocks import parse_data_file_name
+from recluster.core.selection.plan import Policy
 from recluster.delta.log_writer import set_table_properties
-from recluster.settings import CLUSTER_BY_PROPERTY
+from recluster.engine.rounds import ReclusterResult, recluster_table, snapshot_loader
+from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings, TableSettings
+from recluster.settings_job import StreamSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_SECONDS = 180.0
@@ -42,21 +48,187 @@ def row_multiset(table: pa.Table) -> tuple[int, str]:
     return table.num_rows, hashlib.sha256("".join(digests).encode()).hexdigest()
 
 
+def append_clustered(
+    uri: str | Path,
+    data: pa.Table,
+    options: Mapping[str, str] | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> pa.Table:
+    """Append `data` to the Delta table at `uri` (a path or an object store URI with its storage `options`); a new
+    table gets CLUSTER BY (k) and `properties`."""
+    storage = dict(options) if options else None
+    try:
+        DeltaTable(str(uri), storage_options=storage)
+        created = True
+    except TableNotFoundError:
+        created = False
+    write_deltalake(str(uri), data, mode="append", storage_options=storage)
+    if not created:
+        set_table_properties(uri, {CLUSTER_BY_PROPERTY: "k", **(properties or {})}, options)
+    return data
+
+
 def append_random(table: Path, rng: np.random.Generator, batch: int, rows: int = 2_000, high: int = 10**9) -> pa.Table:
     """Append `rows` random int64 keys `k` in [0, high) tagged with `batch`; a new table gets CLUSTER BY (k)."""
     data = pa.table(
         {"k": pa.array(rng.integers(0, high, rows), pa.int64()), "batch": pa.array([batch] * rows, pa.int32())}
     )
-    create = not (table / "_delta_log").exists()
-    write_deltalake(str(table), data, mode="append")
-    if create:
-        set_table_properties(table, {CLUSTER_BY_PROPERTY: "k"})
-    return data
+    return append_clustered(table, data)
+
+
+def random_batches(
+    uri: str | Path, batches: int, rows: int, seed: int, options: Mapping[str, str] | None = None
+) -> None:
+    """`batches` appends of `rows` random keys `k` in [-10^9, 10^9), a batch number and a string derived from the key,
+    to a table clustered by k (created by the first)."""
+    rng = np.random.default_rng(seed)
+    for batch in range(batches):
+        keys = rng.integers(-(10**9), 10**9, size=rows)
+        data = pa.table(
+            {
+                "k": pa.array(keys, pa.int64()),
+                "batch": pa.array([batch] * rows, pa.int32()),
+                "s": pa.array([f"v{x % 97}" for x in keys.tolist()]),
+            }
+        )
+        append_clustered(uri, data, options)
+
+
+def timelike_append(path: Path, batch: int, rows: int = 1_000, properties: dict[str, str] | None = None) -> pa.Table:
+    """Keys rising with time: appends do not overlap, so reclustering has nothing to do and small files
+    pile up at level 0 (the case minor optimizing exists for)."""
+    data = pa.table(
+        {
+            "k": pa.array(np.arange(batch * rows, (batch + 1) * rows), pa.int64()),
+            "batch": pa.array([batch] * rows, pa.int32()),
+        }
+    )
+    return append_clustered(path, data, properties=properties)
+
+
+def random_pairs(path: Path, appends: int = 12, rows: int = 4_000, seed: int = 7) -> pa.Table:
+    """`appends` appends of random (a with 1% NULLs, b a string, day a date) rows, no key property; the whole
+    table read back. The multi-column key tests' table (CLUSTER BY (b, day) and the like)."""
+    rng = np.random.default_rng(seed)
+    for batch in range(appends):
+        a = pa.array(rng.integers(0, 1_000_000, rows), mask=rng.random(rows) < 0.01)
+        b = [f"s{v:07d}" for v in rng.integers(0, 1_000_000, rows)]
+        day = pa.array(rng.integers(0, 3_000, rows).astype("datetime64[D]"), pa.date32())
+        write_deltalake(str(path), pa.table({"a": a, "b": b, "day": day, "batch": [batch] * rows}), mode="append")
+    return DeltaTable(str(path)).to_pyarrow_table()
+
+
+SMALL_FILES = ["--set", "clustering.target_rows=3000"]
+"""The command line's setting for 3,000-row output files (several outputs from random_pairs' tables)."""
+
+
+def our_add_actions(path: Path) -> list[dict[str, Any]]:
+    """The live add actions (flattened statistics) of the data files recluster wrote."""
+    return [
+        a
+        for a in pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
+        if parse_data_file_name(a["path"])
+    ]
+
+
+def log_actions_after(path: Path, version: int) -> list[dict[str, Any]]:
+    """Every action of the commits after `version`, read from the log's JSON files."""
+    actions = []
+    for commit in sorted((path / "_delta_log").glob("*.json")):
+        if int(commit.name[:20]) > version:
+            actions += [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+    return actions
 
 
 def recluster_commits(table: Path) -> int:
     """How many commits of the table recluster wrote."""
     return sum(1 for entry in DeltaTable(str(table)).history() if entry.get("recluster.producer") == "recluster")
+
+
+# --- event-time appends ---------------------------------------------------------------------------------------
+
+WIDTH = 1_000_000
+"""Key width of one append's own time range in the model."""
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+"""The first event time of event_batch's hours."""
+WATERMARK_SETTINGS = Settings(
+    clustering=ClusteringSettings(target_rows=1_500), selection=SelectionSettings(policy=Policy.ABSORB)
+)
+"""absorb with 1,500-row outputs: the time-like key tests' rounds."""
+
+
+def late_batch(rng: np.random.Generator, index: int, rows: int, share: float, lateness: int | None) -> np.ndarray:
+    """Rows of append `index`: its own range, `share` of them late by up to `lateness` appends (None: any)."""
+    keys = rng.integers(index * WIDTH, (index + 1) * WIDTH, rows)
+    late = rng.random(rows) < share
+    if index and late.any():
+        low = 0 if lateness is None else max(0, (index - lateness) * WIDTH)
+        keys[late] = rng.integers(low, index * WIDTH, int(late.sum()))
+    return keys
+
+
+def event_batch(rng: np.random.Generator, index: int, rows: int, lateness: int | None = 3) -> pa.Table:
+    """Events of hour `index`, 5% of them late by up to `lateness` hours, plus a payload."""
+    seconds = late_batch(rng, index, rows, 0.05, lateness) * 3_600 // WIDTH
+    stamps = [START + dt.timedelta(seconds=int(s)) for s in seconds]
+    day = [s.date().isoformat() for s in stamps]
+    return pa.table({"ts": pa.array(stamps, pa.timestamp("us", tz="UTC")), "day": day, "n": rng.random(rows)})
+
+
+# --- rounds and the streaming job -----------------------------------------------------------------------------
+
+
+LEVELS_SETTINGS = Settings(
+    clustering=ClusteringSettings(target_rows=6_000, max_tasks_per_round=2),
+    selection=SelectionSettings(policy=Policy.LEVELS),
+)
+"""Small merges, at most two a round, the levels policy: the rounds tests/test_rounds.py checks."""
+
+
+def no_spark() -> Any:
+    """The Spark factory of rounds that must rewrite in the process: asked for a session, the test fails."""
+    raise AssertionError("these rounds rewrite in the process: no Spark session")
+
+
+def run_rounds(
+    uri: str | Path,
+    spark: Any,
+    settings: Settings | None = None,
+    cluster_by: Sequence[str] | None = None,
+    **options: Any,
+) -> ReclusterResult:
+    """`recluster run` on the table (final=True: `--final`) with the test session's Spark; spark=None: the merges
+    must run in the process."""
+    chosen = settings or Settings()
+    loader = snapshot_loader(str(uri), chosen, cluster_by)
+    factory = no_spark if spark is None else lambda: spark
+    return recluster_table(str(uri), loader, settings=chosen, spark_factory=factory, **options)
+
+
+def job_settings(checkpoint: Path, tables: Sequence[str | Path], policy: Policy = Policy.ABSORB) -> Settings:
+    """The streaming job on `tables` from their earliest version: 5,000-row targets, a trigger every 0.2 s."""
+    return Settings(
+        clustering=ClusteringSettings(target_rows=5_000),
+        selection=SelectionSettings(policy=policy),
+        stream=StreamSettings(
+            checkpoint_location=str(checkpoint), trigger_interval_seconds=0.2, starting_version="earliest"
+        ),
+        tables=[TableSettings(uri=str(table)) for table in tables],
+    )
+
+
+@contextlib.contextmanager
+def running_job(spark: Any, settings: Settings) -> Iterator[tuple[Any, Any]]:
+    """The streaming job (jobs/autorecluster.py) on the test session: its query and handler, stopped gracefully
+    on exit."""
+    from jobs.autorecluster import start_job, stop_gracefully
+
+    query, handler = start_job(spark, settings, settings.tables)
+    try:
+        yield query, handler
+    finally:
+        if query.isActive:
+            stop_gracefully(query, handler)
 
 
 METRIC_KEYS = [

@@ -125,3 +125,26 @@ def test_modules_stay_under_500_lines() -> None:
         if (length := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def top_packages_imported(path: Path) -> set[str]:
+    """The top-level package of every import in `path`, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+    return found
+
+
+def test_no_test_or_doc_generator_imports_bench() -> None:
+    """bench/ may import test-support modules (tests/workload_data.py, tests/spark_cluster.py, tests/referee) and
+    docgen/; never the other way round (docs/performance.md#how-the-figures-are-made)."""
+    offenders = sorted(
+        str(path.relative_to(ROOT))
+        for package in ("tests", "docgen")
+        for path in (ROOT / package).rglob("*.py")
+        if "bench" in top_packages_imported(path)
+    )
+    assert not offenders, f"these import bench: {offenders}"

@@ -33,11 +33,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
     cluster: Cluster,
-    s3: S3Server,  # noqa: F811
+    s3: S3Server,
     tmp_path: Path,
 ) -> None:
     uri = s3.table_uri("cluster")
-    random_batches(s3, uri, batches=6, rows=3_000, seed=31)
+    random_batches(uri, batches=6, rows=3_000, seed=31, options=s3.options())
     expected = row_multiset(DeltaTable(uri, storage_options=s3.options()).to_pyarrow_table())
     config = cluster_config(cluster, tmp_path, target_rows=4000)
     environment = {  # the README's way: credentials in the driver's environment only
@@ -66,7 +66,7 @@ def test_final_on_s3_runs_on_both_workers_with_the_drivers_aws_variables(
     assert apps, "the master saw no recluster application"
     app_id = apps[-1]["id"]
 
-    random_batches(s3, uri, batches=3, rows=3_000, seed=33)  # then a full optimize on the cluster too
+    random_batches(uri, batches=3, rows=3_000, seed=33, options=s3.options())  # then a full optimize on the cluster too
     expected = row_multiset(DeltaTable(uri, storage_options=s3.options()).to_pyarrow_table())
     done = subprocess.run(
         [sys.executable, "-m", "recluster.cli", "optimize", uri, "--type", "full", "--config", str(config), "--json"],
@@ -163,13 +163,13 @@ def _kill_worker(cluster: Cluster, index: int) -> None:
 
 def test_a_worker_killed_during_a_merge_loses_nothing(
     cluster: Cluster,
-    s3: S3Server,  # noqa: F811
+    s3: S3Server,
     tmp_path: Path,
 ) -> None:
     """Runs last in this module: it leaves one worker. The merge either completes on the other worker (Spark
     reruns the lost tasks) or fails and commits nothing; either way the table holds exactly its rows."""
     uri = s3.table_uri("kill")
-    random_batches(s3, uri, batches=8, rows=20_000, seed=32)
+    random_batches(uri, batches=8, rows=20_000, seed=32, options=s3.options())
     options = s3.options()
     expected = row_multiset(DeltaTable(uri, storage_options=options).to_pyarrow_table())
     version = DeltaTable(uri, storage_options=options).version()

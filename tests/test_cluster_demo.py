@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from recluster.engine.demo import demo_batch
 from tests.helpers import cli_environment, descendants, row_multiset, wait_for
 from tests.spark_cluster import free_port
-from tests.test_s3 import S3Server, s3  # noqa: F401  (s3: the moto server fixture)
+from tests.s3_server import S3Server
 
 pytestmark = [pytest.mark.slow]
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_dev_cluster_demo_reclusters_live_appends_on_s3_in_spark_tasks(
-    s3: S3Server,  # noqa: F811
+    s3: S3Server,
     tmp_path: Path,
 ) -> None:
     """Ctrl-C (SIGINT to `recluster demo`, the script's foreground command) stops the demo as soon as the table holds

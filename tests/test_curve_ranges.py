@@ -4,7 +4,6 @@ bounds an older recluster named in the table property `recluster.curveRanges` ke
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,10 @@ from recluster.engine.api import read_snapshot
 from recluster.engine.ranges import prepare_range_bounds
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, RANGES_PROPERTY, Settings
-from tests.helpers import main_json, row_multiset
-from tests.s3_server import moto_server
-from tests.test_curves import SMALL_FILES, ours, random_pairs
+from tests.helpers import SMALL_FILES, log_actions_after, main_json, our_add_actions, random_pairs, row_multiset
+from tests.s3_server import S3Server
 
 SETTINGS = Settings(clustering={"target_rows": 3000})  # type: ignore[arg-type]
-
-
-def log_actions_after(path: Path, version: int) -> list[dict[str, Any]]:
-    """Every action of the commits after `version`, read from the log's JSON files."""
-    actions = []
-    for commit in sorted((path / "_delta_log").glob("*.json")):
-        if int(commit.name[:20]) > version:
-            actions += [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
-    return actions
 
 
 def append_drifted(path: Path, rows: int, seed: int) -> None:
@@ -75,7 +64,7 @@ def test_final_incremental_rounds_and_a_drift_commit_no_metadata_or_protocol(tmp
     assert after.key.bounds is not None and after.key.bounds != first.key.bounds  # drifted: sampled anew
     assert after.key.bounds.columns == ("a", "b") and not bounds_drifted(list(after.blocks), after.key)
     assert [p[-15:] for p in pointers(path)] == ["0000000001.json", "0000000002.json"]
-    written = [parse_data_file_name(a["path"]) for a in ours(path)]
+    written = [parse_data_file_name(a["path"]) for a in our_add_actions(path)]
     assert any(w is not None and w.fingerprint == after.key.fingerprint for w in written)  # on the new curve
     actions = log_actions_after(path, users)
     assert len(actions) > 10 and not [a for a in actions if "metaData" in a or "protocol" in a]
@@ -95,7 +84,8 @@ def test_a_table_with_bounds_in_the_legacy_property_keeps_them_until_they_drift(
     main_json(capsys, "run", str(path), "--final", *SMALL_FILES)
     kept = read_snapshot(str(path), settings=SETTINGS)
     assert kept.key.bounds == legacy and pointers(path) == []
-    assert {w.fingerprint for a in ours(path) if (w := parse_data_file_name(a["path"]))} == {kept.key.fingerprint}
+    fingerprints = {w.fingerprint for a in our_add_actions(path) if (w := parse_data_file_name(a["path"]))}
+    assert fingerprints == {kept.key.fingerprint}
     append_drifted(path, rows=12_000, seed=3)
     expected = DeltaTable(str(path)).to_pyarrow_table()
     main_json(capsys, "run", str(path), *SMALL_FILES)
@@ -140,33 +130,32 @@ def test_clean_and_vacuum_keep_the_bounds(tmp_path: Path, capsys: Any) -> None:
     assert read_snapshot(str(path), settings=SETTINGS).key.bounds is not None
 
 
-def test_on_s3_bounds_are_published_put_if_absent_and_read_with_one_listing_per_load(tmp_path: Path) -> None:
-    with moto_server(tmp_path) as s3:
-        uri, options = s3.table_uri("curve"), s3.options()
-        rng = np.random.default_rng(5)
-        for _ in range(4):
-            data = pa.table({"a": rng.integers(0, 10**6, 3000), "b": rng.integers(0, 10**6, 3000)})
-            write_deltalake(uri, data, mode="append", storage_options=options)
-        expected = DeltaTable(uri, storage_options=options).to_pyarrow_table()
-        version = set_table_properties(uri, {CLUSTER_BY_PROPERTY: "a,b"}, options)
-        settings = Settings(storage_options=options, clustering={"target_rows": 2000})  # type: ignore[arg-type]
-        loader = snapshot_loader(uri, settings, None)
-        recluster_table(uri, loader, settings=settings, spark_factory=lambda: None, final=True)
-        before = len(s3.requests())
-        snapshot = loader()
-        listings = [r for r in s3.requests()[before:] if r.startswith("GET") and "list-type=2" in r]
-        assert len([r for r in listings if "_recluster" in r]) == 1, listings
-        current = current_range_bounds(snapshot.uri, options, ("a", "b"))
-        assert snapshot.key.bounds is not None and current.bounds == snapshot.key.bounds and current.sequence == 1
-        assert not publish_range_bounds(snapshot.uri, options, snapshot.key.bounds, CurrentRanges(None, 0), 0)
-        stored = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=uri.split("/", 3)[3] + "/_recluster/")
-        assert len(stored["Contents"]) == 2  # the bounds and their one pointer
-        table = DeltaTable(uri, storage_options=options)
-        assert RANGES_PROPERTY not in table.metadata().configuration
-        commits = range(version + 1, table.version() + 1)
-        assert commits and all(
-            "metaData" not in action and "protocol" not in action
-            for commit in commits
-            for action in read_log_actions(uri, commit, options)
-        )
-        assert row_multiset(table.to_pyarrow_table()) == row_multiset(expected)
+def test_on_s3_bounds_are_published_put_if_absent_and_read_with_one_listing_per_load(s3: S3Server) -> None:
+    uri, options = s3.table_uri("curve"), s3.options()
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        data = pa.table({"a": rng.integers(0, 10**6, 3000), "b": rng.integers(0, 10**6, 3000)})
+        write_deltalake(uri, data, mode="append", storage_options=options)
+    expected = DeltaTable(uri, storage_options=options).to_pyarrow_table()
+    version = set_table_properties(uri, {CLUSTER_BY_PROPERTY: "a,b"}, options)
+    settings = Settings(storage_options=options, clustering={"target_rows": 2000})  # type: ignore[arg-type]
+    loader = snapshot_loader(uri, settings, None)
+    recluster_table(uri, loader, settings=settings, spark_factory=lambda: None, final=True)
+    before = len(s3.requests())
+    snapshot = loader()
+    listings = [r for r in s3.requests()[before:] if r.startswith("GET") and "list-type=2" in r]
+    assert len([r for r in listings if "_recluster" in r]) == 1, listings
+    current = current_range_bounds(snapshot.uri, options, ("a", "b"))
+    assert snapshot.key.bounds is not None and current.bounds == snapshot.key.bounds and current.sequence == 1
+    assert not publish_range_bounds(snapshot.uri, options, snapshot.key.bounds, CurrentRanges(None, 0), 0)
+    stored = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=uri.split("/", 3)[3] + "/_recluster/")
+    assert len(stored["Contents"]) == 2  # the bounds and their one pointer
+    table = DeltaTable(uri, storage_options=options)
+    assert RANGES_PROPERTY not in table.metadata().configuration
+    commits = range(version + 1, table.version() + 1)
+    assert commits and all(
+        "metaData" not in action and "protocol" not in action
+        for commit in commits
+        for action in read_log_actions(uri, commit, options)
+    )
+    assert row_multiset(table.to_pyarrow_table()) == row_multiset(expected)

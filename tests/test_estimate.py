@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from bench.estimate_bench import no_spark, real_run, write_long_log
 from jobs.pages import render_table, table_view
 from recluster.core.estimate.project import ModelScale, Strategy, run_model
 from recluster.core.estimate.shape import HistoryShape, KeyShape
@@ -26,6 +25,7 @@ from recluster.engine.publish import BatchActions, MetricsRecord, metrics_record
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings
 from tests.absorb_model import FINGERPRINT
+from tests.estimate_runs import no_spark, real_run, write_long_log
 from tests.helpers import main_json, run_cli, run_main
 from tests.workload_data import Workload, append, bounded_time_batch, time_batch, two_column_batch, uniform_batch
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -11,42 +10,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from jobs.autorecluster import start_job, stop_gracefully
+from jobs.autorecluster import start_job
 from recluster.core.errors import TableError
 from recluster.core.metrics import clustering_info
-from recluster.core.selection.plan import level_threshold
+from recluster.core.selection.plan import Policy, level_threshold
 from recluster.engine.api import read_snapshot
-from recluster.settings import (
-    ClusteringSettings,
-    SelectionSettings,
-    Settings,
-    StreamSettings,
-    TableSettings,
-)
-from tests.helpers import append_random, row_multiset
+from recluster.settings import Settings
+from tests.helpers import append_random, job_settings, log_actions_after, row_multiset, running_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def settings_for(checkpoint: Path, tables: list[str]) -> Settings:
-    return Settings(
-        clustering=ClusteringSettings(target_rows=5_000),
-        selection=SelectionSettings(policy="levels"),  # assert_within_thresholds checks the levels policy
-        stream=StreamSettings(
-            checkpoint_location=str(checkpoint), trigger_interval_seconds=0.2, starting_version="earliest"
-        ),
-        tables=[TableSettings(uri=t) for t in tables],
-    )
-
-
-@contextlib.contextmanager
-def running_job(spark, settings: Settings):
-    query, handler = start_job(spark, settings, settings.tables)
-    try:
-        yield query, handler
-    finally:
-        if query.isActive:
-            stop_gracefully(query, handler)
+# The levels policy throughout: assert_within_thresholds checks its thresholds.
 
 
 def assert_within_thresholds(path: Path, settings: Settings, slack_files: int = 1) -> None:
@@ -67,7 +40,7 @@ def test_job_keeps_appends_clustered_and_survives_restart(tmp_path, spark):
     table = tmp_path / "events"
     rng = np.random.default_rng(11)
     appended = [append_random(table, rng, 0)]
-    settings = settings_for(tmp_path / "checkpoint", [str(table)])
+    settings = job_settings(tmp_path / "checkpoint", [str(table)], Policy.LEVELS)
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 15):
             appended.append(append_random(table, rng, batch))
@@ -97,7 +70,7 @@ def test_job_with_concurrent_delete_two_tables_and_bad_tables(tmp_path, spark):
     rng = np.random.default_rng(12)
     appended = {first: [append_random(first, rng, 0)], second: [append_random(second, rng, 0)]}
     write_deltalake(str(no_key), pa.table({"x": [1, 2, 3]}))
-    settings = settings_for(tmp_path / "checkpoint", [str(first), str(second), str(no_key), str(missing)])
+    settings = job_settings(tmp_path / "checkpoint", [first, second, no_key, missing], Policy.LEVELS)
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 8):
             for path in (first, second):
@@ -119,7 +92,7 @@ def test_unwritable_checkpoint_is_a_clear_error(tmp_path, spark):
     append_random(table, np.random.default_rng(1), 0)
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    settings = settings_for(blocker / "checkpoint", [str(table)])
+    settings = job_settings(blocker / "checkpoint", [str(table)], Policy.LEVELS)
     with pytest.raises(TableError, match=r"checkpoint location .* is not writable"):
         start_job(spark, settings, settings.tables)
     assert not os.path.exists(blocker / "checkpoint")
@@ -132,13 +105,12 @@ def test_job_puts_appends_on_a_hilbert_curve(tmp_path, spark):
     from recluster.core.blocks import parse_data_file_name
     from recluster.delta.log_writer import set_table_properties
     from recluster.settings import CLUSTER_BY_PROPERTY
-    from tests.test_curve_ranges import log_actions_after
 
     table = tmp_path / "events"
     rng = np.random.default_rng(12)
     appended = [append_random(table, rng, 0)]
     users = set_table_properties(table, {CLUSTER_BY_PROPERTY: "k,batch"})
-    settings = settings_for(tmp_path / "checkpoint", [str(table)])
+    settings = job_settings(tmp_path / "checkpoint", [str(table)], Policy.LEVELS)
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 12):
             appended.append(append_random(table, rng, batch))

@@ -22,8 +22,7 @@ from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.absorb_model import ModelTable, absorb_bounds
-from tests.helpers import main_json, row_multiset
-from tests.test_watermark import WATERMARK_SETTINGS, event_batch, late_batch, no_spark
+from tests.helpers import WATERMARK_SETTINGS, event_batch, late_batch, main_json, no_spark, row_multiset
 
 
 def written_run(path: str) -> str | None:

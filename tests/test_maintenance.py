@@ -10,9 +10,9 @@ from deltalake import DeltaTable
 from recluster.core.blocks import data_file_name, parse_data_file_name
 from recluster.core.selection import select_merge_tasks
 from recluster.delta.maintenance import clean_orphans, find_orphans
+from recluster.engine.api import selection_bounds
 from recluster.engine.rounds import snapshot_loader, write_task
-from tests.helpers import cli_json, row_multiset
-from tests.test_rounds import SETTINGS, _bounds, random_batches, run
+from tests.helpers import LEVELS_SETTINGS, cli_json, random_batches, row_multiset, run_rounds
 
 pytestmark = pytest.mark.spark
 
@@ -20,18 +20,19 @@ pytestmark = pytest.mark.spark
 def test_crash_between_write_and_commit_leaves_only_cleanable_orphans(tmp_path, spark):
     table = tmp_path / "crash"
     random_batches(table, batches=3, rows=500, seed=41)
-    run(table, spark, final=True)  # committed outputs of ours: live
+    run_rounds(table, spark, LEVELS_SETTINGS, final=True)  # committed outputs of ours: live
     random_batches(table, batches=3, rows=500, seed=42)
-    run(table, spark, final=True)  # the first outputs are now removed, but time travel still reaches them
+    run_rounds(table, spark, LEVELS_SETTINGS, final=True)  # the first outputs: removed, reachable by time travel
     old_version = DeltaTable(str(table)).version() - 1
     expected_old = row_multiset(DeltaTable(str(table), version=old_version).to_pyarrow_table())
     random_batches(table, batches=2, rows=500, seed=43)
     expected = row_multiset(DeltaTable(str(table)).to_pyarrow_table())
 
     # A merge writes its outputs, then the process dies before the commit.
-    snapshot = snapshot_loader(str(table), SETTINGS, None)()
-    (task,) = select_merge_tasks(str(table), snapshot.version, snapshot.blocks, _bounds(snapshot)).tasks[:1]
-    written = write_task(spark, task, snapshot, settings=SETTINGS, run_id="0000000000cc")
+    snapshot = snapshot_loader(str(table), LEVELS_SETTINGS, None)()
+    bounds = selection_bounds(LEVELS_SETTINGS, snapshot, None)
+    (task,) = select_merge_tasks(str(table), snapshot.version, snapshot.blocks, bounds).tasks[:1]
+    written = write_task(spark, task, snapshot, settings=LEVELS_SETTINGS, run_id="0000000000cc")
     uncommitted = {f.path for f in written}
     stray = table / "notes.parquet"  # not ours: never touched
     stray.write_bytes(b"x")

@@ -20,9 +20,9 @@ from recluster.core.optimizing import ProcessStatus, ProcessType
 from recluster.delta.maintenance import maintain_table
 from recluster.delta.maintenance_steps import MaintenanceStep, RefusalReason
 from recluster.delta.replay import replay_log
-from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings_optimizing import MaintenanceSettings
 from tests.delta_spark_tables import RECIPES, Recipe, copy, protocol, rows, settings_for
+from tests.helpers import run_rounds
 from tests.referee import Referee
 from tests.test_job_maintenance import handler_with_tables
 
@@ -58,16 +58,11 @@ def left_by_our_vacuum(location: str) -> bool:
     return emptied or path.name.startswith(("deletion_vector_", "cdc-"))
 
 
-def no_spark() -> object:
-    raise AssertionError("these tables are rewritten in the process")
-
-
 def rewritten(source: Path, target: Path, recipe: Recipe) -> Path:
     """A copy of the recipe's table after a FINAL recluster run (its removes are what vacuum expires)."""
     path = copy(source, target)
     settings = settings_for(recipe)
-    loader = snapshot_loader(str(path), settings, list(recipe.key) if recipe.key else None)
-    result = recluster_table(str(path), loader, settings=settings, spark_factory=no_spark, final=True)
+    result = run_rounds(path, None, settings, list(recipe.key) if recipe.key else None, final=True)
     assert result.totals.files_added > 0 and result.totals.failures == 0, result
     return path
 

@@ -5,7 +5,6 @@ files through pyarrow.fs (no Hadoop jars), rows checked by reading the table bac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +23,7 @@ from recluster.delta.log_writer import set_table_properties
 from recluster.delta.maintenance import clean_orphans, find_orphans, maintain_table
 from recluster.delta.storage import last_checkpoint_version
 from recluster.engine.api import selection_bounds, table_info
-from recluster.engine.rounds import recluster_table, snapshot_loader, write_task
+from recluster.engine.rounds import snapshot_loader, write_task
 from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     ClusteringSettings,
@@ -35,51 +34,11 @@ from recluster.settings import (
 )
 from recluster.settings_job import StreamSettings
 from recluster.settings_optimizing import MaintenanceSettings
-from tests.helpers import row_multiset, run_cli
-from tests.s3_server import REGION, S3Server, moto_server, s3_environment
+from tests.helpers import append_clustered, random_batches, row_multiset, run_cli, run_rounds
+from tests.s3_server import REGION, S3Server, s3_environment
 from triggers.delta_log import newest_version
 
 SECRET_MARKER = "never-print-me"
-
-
-@pytest.fixture(scope="session")
-def s3(tmp_path_factory) -> Iterator[S3Server]:
-    """moto_server for the session (tests/s3_server.py)."""
-    with moto_server(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
-def append(s3: S3Server, uri: str, data: pa.Table) -> None:
-    options = s3.options()
-    created = _exists(uri, options)
-    write_deltalake(uri, data, mode="append", storage_options=options)
-    if not created:
-        set_table_properties(uri, {CLUSTER_BY_PROPERTY: "k"}, options)
-
-
-def _exists(uri: str, options: dict[str, str]) -> bool:
-    try:
-        DeltaTable(uri, storage_options=options)
-    except Exception:
-        return False
-    return True
-
-
-def random_batches(s3: S3Server, uri: str, batches: int, rows: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    for batch in range(batches):
-        keys = rng.integers(-(10**9), 10**9, size=rows)
-        append(
-            s3,
-            uri,
-            pa.table(
-                {
-                    "k": pa.array(keys, pa.int64()),
-                    "batch": pa.array([batch] * rows, pa.int32()),
-                    "s": pa.array([f"v{x % 97}" for x in keys.tolist()]),
-                }
-            ),
-        )
 
 
 def read_back(s3: S3Server, uri: str, version: int | None = None) -> pa.Table:
@@ -96,20 +55,15 @@ def settings_for(s3: S3Server) -> Settings:
     )
 
 
-def run(uri: str, spark, settings: Settings, **options):
-    loader = snapshot_loader(uri, settings, None)
-    return recluster_table(uri, loader, settings=settings, spark_factory=lambda: spark, **options)
-
-
 @pytest.mark.spark
 def test_info_and_final_recluster_on_s3(s3, spark):
     uri = s3.table_uri("events")
-    random_batches(s3, uri, batches=12, rows=1_000, seed=1)
+    random_batches(uri, batches=12, rows=1_000, seed=1, options=s3.options())
     settings = settings_for(s3)
     before_rows = row_multiset(read_back(s3, uri))
     version_before = DeltaTable(uri, storage_options=s3.options()).version()
     assert table_info(uri, settings=settings).info.table.average_depth == 12.0
-    result = run(uri, spark, settings, final=True)
+    result = run_rounds(uri, spark, settings, final=True)
 
     assert result.stop_reason == "within_threshold" and result.totals.conflicts == 0 and result.totals.failures == 0
     assert result.after.table.average_depth == 1.0
@@ -144,7 +98,7 @@ def test_spark_placement_reads_schema_evolved_files_exactly(tmp_path, spark):
         clustering=ClusteringSettings(target_rows=600),
         merge={"in_process_max_bytes": 0, "placement": "spark"},  # type: ignore[arg-type]
     )
-    result = run(path, spark, settings, final=True)
+    result = run_rounds(path, spark, settings, final=True)
     assert result.totals.tasks >= 1 and result.after.table.average_depth == 1.0
     assert row_multiset(DeltaTable(path).to_pyarrow_table()) == expected
 
@@ -152,7 +106,7 @@ def test_spark_placement_reads_schema_evolved_files_exactly(tmp_path, spark):
 @pytest.mark.spark
 def test_concurrent_delete_during_merge_on_s3_wins(s3, spark):
     uri = s3.table_uri("conflict")
-    random_batches(s3, uri, batches=4, rows=500, seed=3)
+    random_batches(uri, batches=4, rows=500, seed=3, options=s3.options())
     settings = settings_for(s3)
     snapshot = snapshot_loader(uri, settings, None)()
     (task,) = select_merge_tasks(
@@ -179,7 +133,7 @@ def test_concurrent_delete_during_merge_on_s3_wins(s3, spark):
     prefix = uri.split(f"s3://{s3.bucket}/", 1)[1]
     left = {key["Key"] for key in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix)["Contents"]}
     assert not any(k.endswith(f.path) for k in left for f in written)  # our outputs were deleted
-    result = run(uri, spark, settings, final=True)  # the next round re-plans on the new snapshot
+    result = run_rounds(uri, spark, settings, final=True)  # the next round re-plans on the new snapshot
     assert result.totals.conflicts == 0 and result.totals.tasks >= 1
     assert row_multiset(read_back(s3, uri)) == expected
     assert not pc.any(pc.equal(read_back(s3, uri)["batch"], 1)).as_py()  # deleted rows stay deleted
@@ -196,7 +150,7 @@ def test_streaming_job_on_s3(s3, spark, tmp_path):
         data = pa.table(
             {"k": pa.array(rng.integers(0, 10**9, 2_000), pa.int64()), "batch": pa.array([batch] * 2_000, pa.int32())}
         )
-        append(s3, uri, data)
+        append_clustered(uri, data, s3.options())
         appended.append(data)
 
     write(0)
@@ -241,7 +195,7 @@ def test_delta_log_polling_never_lists(s3):
     """Polling an idle table costs one HEAD and one GET; each new commit one HEAD more; never a LIST."""
     uri = s3.table_uri("poll")
     options = s3.options()
-    append(s3, uri, pa.table({"k": pa.array([1, 2], pa.int64())}))
+    append_clustered(uri, pa.table({"k": pa.array([1, 2], pa.int64())}), s3.options())
     version = DeltaTable(uri, storage_options=options).version()
     before = len(s3.requests())
     for _ in range(5):
@@ -277,14 +231,14 @@ def test_delta_log_polling_never_lists(s3):
 @pytest.mark.spark
 def test_orphan_cleanup_on_s3(s3, spark):
     uri = s3.table_uri("orphans")
-    random_batches(s3, uri, batches=3, rows=500, seed=41)
+    random_batches(uri, batches=3, rows=500, seed=41, options=s3.options())
     settings = settings_for(s3)
-    run(uri, spark, settings, final=True)
-    random_batches(s3, uri, batches=3, rows=500, seed=42)
-    run(uri, spark, settings, final=True)  # the first outputs are removed but reachable by time travel
+    run_rounds(uri, spark, settings, final=True)
+    random_batches(uri, batches=3, rows=500, seed=42, options=s3.options())
+    run_rounds(uri, spark, settings, final=True)  # the first outputs are removed but reachable by time travel
     old_version = DeltaTable(uri, storage_options=s3.options()).version() - 1
     expected_old = row_multiset(read_back(s3, uri, old_version))
-    random_batches(s3, uri, batches=2, rows=500, seed=43)
+    random_batches(uri, batches=2, rows=500, seed=43, options=s3.options())
     expected = row_multiset(read_back(s3, uri))
     snapshot = snapshot_loader(uri, settings, None)()
     (task, *_) = select_merge_tasks(
@@ -321,15 +275,15 @@ def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark)
     uri = s3.table_uri("unsafe")
     unsafe = s3.options()
     del unsafe["conditional_put"]
-    random_batches(s3, uri, batches=3, rows=300, seed=5)
+    random_batches(uri, batches=3, rows=300, seed=5, options=s3.options())
     version = DeltaTable(uri, storage_options=unsafe).version()
     settings = Settings(storage_options=unsafe)
     with pytest.raises(TableError, match=r"refusing to commit to s3://.*conditional_put=etag"):
-        run(uri, spark, settings, final=True)
-    assert run(uri, spark, settings, final=True, dry_run=True).stop_reason == "dry_run"  # planning is fine
+        run_rounds(uri, spark, settings, final=True)
+    assert run_rounds(uri, spark, settings, final=True, dry_run=True).stop_reason == "dry_run"  # planning is fine
     opted_in = Settings(storage_options=unsafe, commit=CommitSettings(allow_unsafe_single_writer=True))
     expected = row_multiset(read_back(s3, uri))
-    assert run(uri, spark, opted_in, final=True).totals.tasks >= 1
+    assert run_rounds(uri, spark, opted_in, final=True).totals.tasks >= 1
     assert row_multiset(read_back(s3, uri)) == expected
     assert DeltaTable(uri, storage_options=unsafe).version() > version
 
@@ -341,7 +295,7 @@ def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark)
 
 def test_wrong_credentials_and_missing_bucket_are_one_line_errors(s3):
     uri = s3.table_uri("errors")
-    append(s3, uri, pa.table({"k": pa.array([1], pa.int64())}))
+    append_clustered(uri, pa.table({"k": pa.array([1], pa.int64())}), s3.options())
     wrong = run_cli("info", uri, "--json", env=s3_environment(s3, secret=SECRET_MARKER))
     assert wrong.returncode == 1 and wrong.stdout == ""
     assert wrong.stderr.count("\n") == 1, wrong.stderr

@@ -13,15 +13,20 @@ from deltalake import DeltaTable, write_deltalake
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import ProcessStatus, ProcessType
 from recluster.delta.history import records_from_arrow
-from recluster.delta.log import PRODUCER, PRODUCER_KEY
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.maintenance import maintain_table
 from recluster.engine.api import read_snapshot
-from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, Settings, TableSettings, history_location
-from recluster.settings_job import StreamSettings
+from recluster.settings import CLUSTER_BY_PROPERTY, Settings, history_location
 from recluster.settings_optimizing import MaintenanceSettings, SelfOptimizingSettings
-from tests.helpers import main_json, row_multiset, run_main
-from tests.test_job import running_job
+from tests.helpers import (
+    job_settings,
+    main_json,
+    recluster_commits,
+    row_multiset,
+    run_main,
+    running_job,
+    timelike_append,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -32,42 +37,12 @@ SMALL = {
 """Fragments below 32 KiB, minor at 4 of them: tiny test appends behave like a stream of small files."""
 
 
-def timelike_append(path: Path, batch: int, rows: int = 1_000, properties: dict[str, str] | None = None) -> pa.Table:
-    """Keys rising with time: appends do not overlap, so reclustering has nothing to do and small files
-    pile up at level 0 (the case minor optimizing exists for)."""
-    data = pa.table(
-        {
-            "k": pa.array(np.arange(batch * rows, (batch + 1) * rows), pa.int64()),
-            "batch": pa.array([batch] * rows, pa.int32()),
-        }
-    )
-    create = not (path / "_delta_log").exists()
-    write_deltalake(str(path), data, mode="append")
-    if create:
-        set_table_properties(path, {CLUSTER_BY_PROPERTY: "k", **(properties or {})})
-    return data
-
-
-def ours(path: Path) -> list[dict[str, object]]:
-    return [c for c in DeltaTable(str(path)).history() if c.get(PRODUCER_KEY) == PRODUCER]
-
-
-def job_settings(tmp_path: Path, tables: list[Path]) -> Settings:
-    return Settings(
-        clustering=ClusteringSettings(target_rows=5_000),
-        stream=StreamSettings(
-            checkpoint_location=str(tmp_path / "checkpoint"), trigger_interval_seconds=0.2, starting_version="earliest"
-        ),
-        tables=[TableSettings(uri=str(t)) for t in tables],
-    )
-
-
 def test_job_compacts_small_appends_and_leaves_disabled_tables_alone(tmp_path, spark):
     small, off = tmp_path / "small", tmp_path / "off"
     disabled = {**SMALL, "self-optimizing.enabled": "false", "recluster.enabled": "false"}
     appended: dict[Path, list[pa.Table]] = {small: [timelike_append(small, 0, properties=SMALL)], off: []}
     appended[off].append(timelike_append(off, 0, properties=disabled))
-    settings = job_settings(tmp_path, [small, off])
+    settings = job_settings(tmp_path / "checkpoint", [small, off])
     most_files = 0
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 13):
@@ -79,7 +54,7 @@ def test_job_compacts_small_appends_and_leaves_disabled_tables_alone(tmp_path, s
     # minor at 4 fragments: the file count never grows past the trigger plus the append of one batch
     assert most_files <= 5
     assert len(DeltaTable(str(small)).file_uris()) < 13 / 2
-    assert ours(small) and not ours(off)  # the disabled table was never rewritten
+    assert recluster_commits(small) and not recluster_commits(off)  # the disabled table was never rewritten
     assert len(DeltaTable(str(off)).file_uris()) == 13
     for path in (small, off):
         assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended[path]))
@@ -100,14 +75,14 @@ def test_job_compacts_small_appends_and_leaves_disabled_tables_alone(tmp_path, s
 def test_turning_a_table_off_takes_effect_at_the_next_batch(tmp_path, spark):
     path = tmp_path / "t"
     appended = [timelike_append(path, 0, properties=SMALL)]
-    settings = job_settings(tmp_path, [path])
+    settings = job_settings(tmp_path / "checkpoint", [path])
     with running_job(spark, settings) as (query, _):
         set_table_properties(path, {"self-optimizing.enabled": "false"})
         query.processAllAvailable()
         for batch in range(1, 9):
             appended.append(timelike_append(path, batch))
             query.processAllAvailable()
-    assert not ours(path)
+    assert not recluster_commits(path)
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
 
 
@@ -121,7 +96,7 @@ def test_optimize_and_status_commands(tmp_path, spark, capsys):
 
     planned = main_json(capsys, "optimize", path, "--dry-run", *config)
     assert planned["outcome"] == "dry_run" and "minor_optimizing" in planned["plan"]
-    assert not ours(path)
+    assert not recluster_commits(path)
 
     done = main_json(capsys, "optimize", path, *config)
     assert (done["type"], done["outcome"], done["files_removed"]) == ("minor", "done", 8)

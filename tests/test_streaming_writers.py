@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.streaming_writers_bench import run_writers
 from tests.referee import referee_missing
+from tests.streaming_writers import run_writers
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

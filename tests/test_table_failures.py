@@ -18,11 +18,11 @@ from obstore.exceptions import GenericError, PermissionDeniedError
 
 from recluster.core.deletion_vectors import DeletionVectorError
 from recluster.core.errors import ErrorKind, StorageError, TableError
+from recluster.core.selection.plan import Policy
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.failures import FailureBook, error_kind
 from recluster.settings import CLUSTER_BY_PROPERTY
-from tests.helpers import append_random, row_multiset, wait_for
-from tests.test_job import running_job, settings_for
+from tests.helpers import append_random, job_settings, row_multiset, running_job, wait_for
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_three_tables_one_broken_three_ways_the_others_go_on_and_it_recovers_onc
     healthy, broken = [tmp_path / "a", tmp_path / "b"], tmp_path / "c"
     rng = np.random.default_rng(41)
     appended: dict[Path, list[pa.Table]] = {t: [append_random(t, rng, 0)] for t in (*healthy, broken)}
-    settings = settings_for(tmp_path / "checkpoint", [str(t) for t in (*healthy, broken)])
+    settings = job_settings(tmp_path / "checkpoint", [*healthy, broken], Policy.LEVELS)
     settings = settings.model_copy(update={"stream": settings.stream.model_copy(update={"table_retry_seconds": 0.2})})
     batch = [0]
 

@@ -1,4 +1,5 @@
-"""bench.upkeep_bench without Spark: predicates follow the appended rows, files read from min/max stats, the goals.
+"""The upkeep measure without Spark (tests/file_stats.py, which bench.upkeep_bench uses): predicates follow the appended
+rows, files read come from min/max stats; and the goals (docgen.upkeep_report).
 
 The bench itself needs Delta Spark and minutes (`python -m bench.upkeep_bench --quick`); its docs block is checked by
 tests/test_readme_figures.py.
@@ -13,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from bench.upkeep_bench import Predicates, files_read
 from docgen.upkeep_report import goals, summary_rows
+from tests.file_stats import Predicates, files_read
 
 
 def batch(keys: list[int], names: list[str]) -> pa.Table:

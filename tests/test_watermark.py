@@ -25,23 +25,18 @@ from recluster.core.selection.absorb import decide_absorb
 from recluster.core.selection.plan import Reason
 from recluster.core.selection.runs import recover_runs
 from recluster.delta.log_writer import set_table_properties
-from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings
 from tests.absorb_model import ModelTable, absorb_bounds
-from tests.helpers import cli_environment, main_json, row_multiset
-
-WIDTH = 1_000_000
-"""Key width of one append's own time range in the model."""
-
-
-def late_batch(rng: np.random.Generator, index: int, rows: int, share: float, lateness: int | None) -> np.ndarray:
-    """Rows of append `index`: its own range, `share` of them late by up to `lateness` appends (None: any)."""
-    keys = rng.integers(index * WIDTH, (index + 1) * WIDTH, rows)
-    late = rng.random(rows) < share
-    if index and late.any():
-        low = 0 if lateness is None else max(0, (index - lateness) * WIDTH)
-        keys[late] = rng.integers(low, index * WIDTH, int(late.sum()))
-    return keys
+from tests.helpers import (
+    WATERMARK_SETTINGS,
+    WIDTH,
+    cli_environment,
+    event_batch,
+    late_batch,
+    main_json,
+    row_multiset,
+    run_rounds,
+)
 
 
 def overlapping_pairs(blocks: list) -> list:
@@ -136,22 +131,6 @@ def test_random_keys_keep_the_ratio_rule_and_unbounded_lateness_gets_a_late_run(
 # ---- real tables -------------------------------------------------------------------------------------------------
 
 HOUR = dt.timedelta(hours=1)
-START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-WATERMARK_SETTINGS = Settings(
-    clustering=ClusteringSettings(target_rows=1_500), selection=SelectionSettings(policy="absorb")
-)
-
-
-def event_batch(rng: np.random.Generator, index: int, rows: int, lateness: int = 3) -> pa.Table:
-    """Events of hour `index`, 5% of them late by up to `lateness` hours, plus a payload."""
-    seconds = late_batch(rng, index, rows, 0.05, lateness) * 3_600 // WIDTH
-    stamps = [START + dt.timedelta(seconds=int(s)) for s in seconds]
-    day = [s.date().isoformat() for s in stamps]
-    return pa.table({"ts": pa.array(stamps, pa.timestamp("us", tz="UTC")), "day": day, "n": rng.random(rows)})
-
-
-def no_spark() -> object:
-    raise AssertionError("these rounds run in the process")
 
 
 def test_a_long_late_heavy_sequence_on_a_real_table_keeps_every_row_and_decides_from_the_log(
@@ -167,11 +146,10 @@ def test_a_long_late_heavy_sequence_on_a_real_table_keeps_every_row_and_decides_
         if index == 0:
             set_table_properties(path, {CLUSTER_BY_PROPERTY: "ts"})
         if index == 20:  # a restart here: a fresh process plans from the log alone and decides the same
-            planned = recluster_table(
-                str(path),
-                snapshot_loader(str(path), WATERMARK_SETTINGS, None),
-                settings=WATERMARK_SETTINGS,
-                spark_factory=no_spark,
+            planned = run_rounds(
+                path,
+                None,
+                WATERMARK_SETTINGS,
                 dry_run=True,
             )
             config = tmp_path / "config.yaml"
@@ -199,11 +177,10 @@ def test_a_long_late_heavy_sequence_on_a_real_table_keeps_every_row_and_decides_
             info = main_json(capsys, "info", str(path), "--config", str(config))
             (time_like,) = info["time_like"]
             assert time_like["reason"] in ("watermark_absorb", "watermark_rent") and time_like["lag"]
-        result = recluster_table(
-            str(path),
-            snapshot_loader(str(path), WATERMARK_SETTINGS, None),
-            settings=WATERMARK_SETTINGS,
-            spark_factory=no_spark,
+        result = run_rounds(
+            path,
+            None,
+            WATERMARK_SETTINGS,
         )
         cuts += sum(any(d.cut for _, d in plan.watermarks) and bool(plan.tasks) for plan in result.plans)
     assert cuts >= 2, "no absorb was cut at the watermark"
@@ -221,11 +198,10 @@ def test_daily_partitions_with_late_rows_into_past_days_keep_every_row(tmp_path:
         write_deltalake(str(path), appended[-1], mode="append", partition_by=["day"])
         if index == 0:
             set_table_properties(path, {CLUSTER_BY_PROPERTY: "ts"})
-        result = recluster_table(
-            str(path),
-            snapshot_loader(str(path), WATERMARK_SETTINGS, None),
-            settings=WATERMARK_SETTINGS,
-            spark_factory=no_spark,
+        result = run_rounds(
+            path,
+            None,
+            WATERMARK_SETTINGS,
         )
         decided.update(dict(p)["day"] for plan in result.plans for p, _ in plan.watermarks)
     assert decided, "no partition was time-like"
@@ -255,8 +231,7 @@ def test_watermark_cuts_work_for_every_subtractable_key_type(kind: str, tmp_path
         write_deltalake(str(path), appended[-1], mode="append")
         if index == 0:
             set_table_properties(path, {CLUSTER_BY_PROPERTY: "key"})
-        loader = snapshot_loader(str(path), settings, None)
-        result = recluster_table(str(path), loader, settings=settings, spark_factory=no_spark)
+        result = run_rounds(path, None, settings)
         assert result.totals.failures == 0, result.to_dict()
         cuts += sum(any(d.cut for _, d in plan.watermarks) and bool(plan.tasks) for plan in result.plans)
     assert cuts >= 1, f"{kind}: no absorb was cut at the watermark"

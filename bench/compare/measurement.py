@@ -6,27 +6,27 @@ perfectly sorted layout (scan ratio) and a check that the table holds exactly th
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd  # type: ignore[import-untyped]  # pandas-stubs is not a dependency
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from bench.common import add_actions, live_files, log
+from bench.common import live_files, log
 from bench.compare.memory import MemoryProbe
 from bench.compare.strategies import Context, Strategy
 from bench.compare.workloads import Params
 from recluster.core.metrics import clustering_info
 from recluster.engine.api import read_snapshot
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings
+from tests.file_stats import add_actions
+from tests.fingerprints import row_fingerprint
 from tests.workload_data import Workload, append
 
 # ---- table helpers -------------------------------------------------------------------------------------------
@@ -40,25 +40,6 @@ def live_sizes(path: Path) -> dict[str, int]:
 def live_rows(path: Path) -> dict[str, int]:
     """{file: rows} over the live files."""
     return {file: rows for file, _, rows in live_files(path)}
-
-
-def row_fingerprint(table: pa.Table) -> tuple[int, str]:
-    """Count plus an order-independent hash of all rows (64-bit row hashes, sorted, then SHA-256).
-
-    A vectorized stand-in for tests.helpers.row_multiset (which hashes row by row in Python: minutes on millions
-    of rows); quick mode checks with both.
-    """
-    return batches_fingerprint(table.to_batches())
-
-
-def batches_fingerprint(batches: Iterable[pa.RecordBatch]) -> tuple[int, str]:
-    """`row_fingerprint` of the rows of `batches`, one batch in memory at a time (plus 8 bytes a row)."""
-    hashes = [
-        pd.util.hash_pandas_object(batch.select(sorted(batch.schema.names)).to_pandas(), index=False).to_numpy()
-        for batch in batches
-    ]
-    joined = np.sort(np.concatenate(hashes)) if hashes else np.zeros(0, dtype=np.uint64)
-    return len(joined), hashlib.sha256(joined.tobytes()).hexdigest()
 
 
 def first_key_numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:

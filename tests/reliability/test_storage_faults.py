@@ -23,16 +23,10 @@ from recluster.delta.storage import commit_file_exists
 from tests.faults.front import FaultFront
 from tests.faults.plan import Decider, FaultKind, FaultPlan, FaultRule, Target, classify
 from tests.faults.runs import ORPHANING_SETTINGS, FaultRun, Operation, matrix_rules, orphaning_rules
-from tests.s3_server import S3Server, moto_server
+from tests.s3_server import S3Server
 from triggers.delta_log import CommitRange, DeltaLogStreamReader, commit_rows, newest_version
 
 SEED = 20261127
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_server(tmp_path_factory.mktemp("moto")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
