@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from tests.helpers import cli_environment, row_multiset, wait_for
+from tests.helpers import cli_environment, random_batches, row_multiset, wait_for
+from tests.s3_server import S3Server
 from tests.spark_cluster import Cluster, cluster_config, standalone_cluster, ui_json
-from tests.test_s3 import S3Server, random_batches, s3  # noqa: F401  (s3: the moto server fixture)
 
 pytestmark = [pytest.mark.slow]
 

@@ -20,8 +20,8 @@ from deltalake import DeltaTable
 
 from recluster.engine.demo import demo_batch
 from tests.helpers import cli_environment, descendants, row_multiset, wait_for
-from tests.spark_cluster import free_port
 from tests.s3_server import S3Server
+from tests.spark_cluster import free_port
 
 pytestmark = [pytest.mark.slow]
 
