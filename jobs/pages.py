@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from recluster.core.metrics import clustering_info
-from recluster.core.optimizing import ProcessRecord
+from recluster.core.scheduling import ProcessRecord
 from recluster.delta.history import HistoryStore
 from recluster.delta.snapshot import TableSnapshot
 from recluster.engine.api import selection_bounds

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from recluster.cli import main
-from recluster.core.optimizing import ProcessType
+from recluster.core.scheduling import ProcessType
 from recluster.engine.optimizer import optimize_table
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from tests.delta_spark_tables import KEY_DOMAIN, RECIPES, Recipe, copy, our_versions, protocol, rows, settings_for

@@ -26,7 +26,7 @@ import pytest
 from deltalake import DeltaTable
 
 from recluster.core.block_table import BlockTable
-from recluster.core.optimizing import ProcessType
+from recluster.core.scheduling import ProcessType
 from recluster.delta.file_blocks import blocks_from_log_adds
 from recluster.delta.file_stats import delta_stats, parse_stats, stats_text
 from recluster.engine.optimizer import optimize_table

@@ -15,16 +15,8 @@ import pytest
 import recluster.engine.handler as handler_module
 import recluster.engine.job_maintenance as job_maintenance
 import recluster.engine.job_schedule as job_schedule
-from recluster.core.optimizing import (
-    PartitionHealth,
-    ProcessStatus,
-    ProcessType,
-    TableHealth,
-    TableHistory,
-    optimizing_config,
-    pending_optimizing,
-    quiet_until,
-)
+from recluster.core.optimizing import PartitionHealth, TableHealth, optimizing_config, pending_optimizing, quiet_until
+from recluster.core.scheduling import ProcessStatus, ProcessType, TableHistory
 from recluster.delta.maintenance import maintain_table
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_maintenance import MAINTENANCE_JITTER, maintenance_jitter

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from recluster.core.optimizing import ProcessType, optimizing_config
+from recluster.core.optimizing import optimizing_config
+from recluster.core.scheduling import ProcessType
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_schedule import loader_of

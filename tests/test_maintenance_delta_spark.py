@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable, TableFeatures
 
 from recluster.cli import main
-from recluster.core.optimizing import ProcessStatus, ProcessType
+from recluster.core.scheduling import ProcessStatus, ProcessType
 from recluster.delta.maintenance import maintain_table
 from recluster.delta.maintenance_steps import MaintenanceStep, RefusalReason
 from recluster.delta.replay import replay_log

@@ -1,4 +1,5 @@
-"""Self-optimizing logic (recluster/core/optimizing.py), pure: properties, triggers, plans, history, scheduling."""
+"""Self-optimizing logic (recluster/core/optimizing.py, scheduling.py), pure: properties, triggers, plans, history,
+scheduling."""
 
 from __future__ import annotations
 
@@ -14,18 +15,20 @@ from recluster.core.deletion_vectors import DeletionVector
 from recluster.core.key_encoding import encode_key
 from recluster.core.keys import KeyColumn, KeyType
 from recluster.core.optimizing import (
-    Candidate,
     OptimizingConfig,
     PendingWork,
+    optimizing_config,
+    pending_optimizing,
+    plan_optimizing,
+    table_health,
+)
+from recluster.core.scheduling import (
+    Candidate,
     ProcessRecord,
     ProcessStatus,
     ProcessType,
     TableHistory,
-    optimizing_config,
-    pending_optimizing,
-    plan_optimizing,
     schedule,
-    table_health,
     table_history,
 )
 from recluster.core.selection.plan import Reason, SelectionBounds

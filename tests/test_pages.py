@@ -124,7 +124,7 @@ def test_recluster_ui_serves_the_pages_read_only(tables: list[Path], tmp_path: P
 def test_a_history_written_before_the_depth_column_still_reads_and_grows(tmp_path: Path) -> None:
     from deltalake import write_deltalake
 
-    from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
+    from recluster.core.scheduling import ProcessRecord, ProcessStatus, ProcessType
     from recluster.delta.history import HISTORY_SCHEMA, HistoryStore, records_to_arrow
 
     old = ProcessRecord("p1", "/t", ProcessType.MINOR, "default", 1.0, 2.0, ProcessStatus.SUCCESS)

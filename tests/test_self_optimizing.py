@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.metrics import clustering_info
-from recluster.core.optimizing import ProcessStatus, ProcessType
+from recluster.core.scheduling import ProcessStatus, ProcessType
 from recluster.delta.history import records_from_arrow
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.maintenance import maintain_table

@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 import recluster.delta.commit as log_commit
 from recluster.cli import main
-from recluster.core.optimizing import ProcessType
+from recluster.core.scheduling import ProcessType
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.replay import replay_log
 from recluster.engine.api import table_info

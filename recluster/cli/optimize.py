@@ -45,7 +45,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Self-optimize a table now: the given type, or whatever its triggers say is due."""
-    from recluster.core.optimizing import ProcessType
+    from recluster.core.scheduling import ProcessType
     from recluster.engine.optimizer import history_store, optimize_table
     from recluster.engine.rounds import snapshot_loader
     from recluster.spark.session import spark_session

@@ -1,6 +1,6 @@
 """The optimizing history: a real Delta table, one row when a process starts and one when it ends.
 
-Quota occupation and "since last minor/major/full" times are computed from it (recluster/core/optimizing.py),
+Quota occupation and "since last minor/major/full" times are computed from it (recluster/core/scheduling.py),
 so they survive restarts; anyone can query it with Spark or delta-rs.
 """
 
@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from recluster.core.errors import TableError, first_line
-from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
+from recluster.core.scheduling import ProcessRecord, ProcessStatus, ProcessType
 from recluster.delta.storage import normalize_uri
 
 

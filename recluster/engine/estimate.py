@@ -25,7 +25,7 @@ from recluster.core.errors import TableError
 from recluster.core.estimate.project import ModelScale, Strategy, run_final, run_model
 from recluster.core.estimate.projection import MB, Calibration, InitialCost, ProjectedCost, TableEstimate, scaled
 from recluster.core.estimate.shape import CURVE_COLUMNS, KeyShape, learn_shape
-from recluster.core.optimizing import ProcessRecord, ProcessStatus, ProcessType
+from recluster.core.scheduling import ProcessRecord, ProcessStatus, ProcessType
 from recluster.core.segments import files_for_rows
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, Reason

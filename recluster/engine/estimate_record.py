@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from recluster.core.estimate.projection import EstimateVsActual, ProjectedCost
-from recluster.core.optimizing import ProcessRecord, ProcessType
+from recluster.core.scheduling import ProcessRecord, ProcessType
 from recluster.delta.append_history import changes_between
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import normalize_uri

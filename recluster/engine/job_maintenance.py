@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from recluster.core.errors import first_line
-from recluster.core.optimizing import OptimizingConfig, ProcessRecord, ProcessStatus, ProcessType
+from recluster.core.optimizing import OptimizingConfig
+from recluster.core.scheduling import ProcessRecord, ProcessStatus, ProcessType
 from recluster.delta.history import HistoryStore, compact_small_files, new_process_id
 from recluster.delta.maintenance import maintain_table
 from recluster.engine.job_state import TrackedTable

@@ -11,16 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from recluster.core.optimizing import (
-    Candidate,
-    OptimizingConfig,
-    ProcessType,
-    TableHistory,
-    pending_optimizing,
-    quiet_until,
-    schedule,
-    table_health,
-)
+from recluster.core.optimizing import OptimizingConfig, pending_optimizing, quiet_until, table_health
+from recluster.core.scheduling import Candidate, ProcessType, TableHistory, schedule
 from recluster.delta.history import HistoryStore
 from recluster.engine.failures import FailureBook
 from recluster.engine.job_state import TrackedTable

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from recluster.core.blocks import Partition
-from recluster.core.optimizing import OptimizingConfig, ProcessType
+from recluster.core.optimizing import OptimizingConfig
 from recluster.core.outcomes import CommitOutcome, CommitStatus, OutcomeTotals
+from recluster.core.scheduling import ProcessType
 from recluster.core.selection.plan import Policy, WatermarkDecision
 from recluster.delta.history import HistoryStore
 from recluster.engine.api import selection_bounds

@@ -20,18 +20,13 @@ from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import (
     OptimizingConfig,
     PendingWork,
-    ProcessRecord,
-    ProcessStatus,
-    ProcessType,
     TableHealth,
-    TableHistory,
-    TableState,
     optimizing_config,
     pending_optimizing,
     table_health,
-    table_history,
 )
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
+from recluster.core.scheduling import ProcessRecord, ProcessStatus, ProcessType, TableHistory, TableState, table_history
 from recluster.core.selection.plan import ReclusterPlan
 from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
 from recluster.delta.snapshot import TableSnapshot

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from recluster.core.optimizing import OptimizingConfig, ProcessType, plan_optimizing
+from recluster.core.optimizing import OptimizingConfig, plan_optimizing
+from recluster.core.scheduling import ProcessType
 from recluster.core.selection import select_merge_tasks
 from recluster.core.selection.plan import MergeTask, ReclusterPlan
 from recluster.delta.snapshot import TableSnapshot

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recluster.core.blocks import Partition
 from recluster.core.metrics import ClusteringInfo, ClusteringMetrics
-from recluster.core.optimizing import ProcessRecord
 from recluster.core.outcomes import OutcomeTotals
+from recluster.core.scheduling import ProcessRecord
 from recluster.core.selection.plan import Policy, WatermarkDecision, partition_text
 from recluster.engine.estimate_record import latest_projection
 from recluster.settings_job import KafkaSettings
