@@ -48,7 +48,7 @@ def rows(results: Results) -> list[list[str]]:
 
 
 def benchmarks_table(results: Results | None = None) -> str:
-    headers = ("benchmark", "command", "recluster against", "quick run", "full run", "the docs cite")
+    headers = ("benchmark", "command", "recluster against", "quick run", "full run", "the docs' figures come from")
     return table(headers, rows(results or Results()), "llllll")
 
 
