@@ -129,6 +129,8 @@ def hint(path: Path, version: int | None) -> None:
     last = path / "_delta_log" / "_last_checkpoint"
     if version is None:
         last.unlink()
+    elif version < 0:
+        last.write_text('{"version": 4, "parts": "many"')
     else:
         last.write_text(json.dumps({"version": version, "size": 1}))
 
@@ -158,6 +160,7 @@ def comparable(state: LogState) -> tuple[Any, ...]:
         (2, True, True),  # stale, and the commits before checkpoint 4 cleaned up: the listing decides
         (3, False, True),  # a hint naming a checkpoint that is not there
         (9, False, True),  # a hint beyond the version wanted
+        (-1, False, True),  # a malformed hint
     ],
 )
 def test_last_checkpoint_is_a_hint(

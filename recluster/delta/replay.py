@@ -39,6 +39,7 @@ from recluster.delta.storage import (
     LOG_DIR,
     log_file,
     normalize_uri,
+    read_last_checkpoint,
     read_log_actions,
     stored_location,
     table_filesystem,
@@ -229,16 +230,15 @@ def replays() -> int:
     return _replays[0]
 
 
-def _hinted_files(location: str, filesystem: pafs.FileSystem, version: int) -> tuple[int, list[str]] | None:
+def _hinted_files(
+    location: str, storage_options: Mapping[str, str] | None, version: int
+) -> tuple[int, list[str]] | None:
     """The checkpoint `_delta_log/_last_checkpoint` names, when it is at or below `version`: (its version, its
     files by name, never listed). A hint only (the Delta protocol): a missing or stale one is checked later."""
-    try:
-        hint = _read_json(filesystem, log_file(location, "_last_checkpoint"))[0]
-        checkpoint = int(hint["version"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    found = read_last_checkpoint(location, storage_options)
+    if found is None or found[0] > version:
         return None
-    if checkpoint > version:
-        return None
+    checkpoint, hint = found
     parts = hint.get("parts")
     v2 = hint.get("v2Checkpoint") or {}
     if v2.get("path"):
@@ -290,12 +290,12 @@ def replay_log(table_uri: str, storage_options: Mapping[str, str] | None, versio
     with _replays_lock:
         _replays[0] += 1
     try:
-        hinted = _hinted_files(location, filesystem, version)
-        if hinted is not None:
-            try:
+        try:
+            hinted = _hinted_files(location, storage_options, version)
+            if hinted is not None:
                 return _replay(location, storage_options, filesystem, version, hinted)
-            except (FileNotFoundError, ValueError):  # cleaned up, never written as named: the listing decides
-                pass
+        except (FileNotFoundError, ValueError):  # malformed, cleaned up, never written as named: the listing decides
+            pass
         return _replay(location, storage_options, filesystem, version, _listed_files(location, filesystem, version))
     except (OSError, ValueError, KeyError) as error:
         raise LogReplayError(f"cannot read the log of {table_uri}: {error}") from None

@@ -147,14 +147,31 @@ def read_log_actions(table_uri: str, version: int, storage_options: Mapping[str,
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
-    """The version `_delta_log/_last_checkpoint` names (one GET), None when the table has no checkpoint."""
+def read_last_checkpoint(
+    table_uri: str, storage_options: Mapping[str, str] | None
+) -> tuple[int, dict[str, Any]] | None:
+    """`_delta_log/_last_checkpoint` (one GET): the version it names and all it says; None when it is missing or
+    malformed. A storage error is raised: an unanswered read says nothing about the log."""
     filesystem = table_filesystem(table_uri, storage_options)
     try:
         with filesystem.open_input_stream(log_file(table_uri, "_last_checkpoint")) as stream:
-            return int(json.loads(stream.read().decode("utf-8"))["version"])
-    except (OSError, KeyError, ValueError):  # missing, unreadable or malformed: as if there were none
+            data = stream.read()
+    except FileNotFoundError:
         return None
+    try:
+        hint = json.loads(data.decode("utf-8"))
+        return int(hint["version"]), dict(hint)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] | None) -> int | None:
+    """The version `_delta_log/_last_checkpoint` names (one GET), None when the table has no checkpoint."""
+    try:
+        found = read_last_checkpoint(table_uri, storage_options)
+    except OSError:  # unreadable: as if there were none
+        return None
+    return None if found is None else found[0]
 
 
 def log_versions(table_uri: str, storage_options: Mapping[str, str] | None) -> list[int]:
