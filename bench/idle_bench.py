@@ -55,8 +55,8 @@ def measure(work: Path, count: int) -> dict[str, Any]:
         tables=[TableSettings(uri=str(table))],
     )
     handler = ReclusterHandler(settings, settings.tables, spark=None)
-    base = handler._track(str(table), None)
-    handler.tracked = {f"{table}#{i}": dataclasses.replace(base, uri=f"{table}#{i}") for i in range(count)}
+    base = handler.tables.track(str(table), None)
+    handler.tables.tracked = {f"{table}#{i}": dataclasses.replace(base, uri=f"{table}#{i}") for i in range(count)}
     handler._run_scheduled({})  # the first pass: every table evaluated once
     every, idle = pass_seconds(handler, evaluate_all=True), pass_seconds(handler, evaluate_all=False)
     log(f"{count:,} idle tables: every table evaluated {every * 1000:.2f} ms, idle pass {idle * 1000:.3f} ms")

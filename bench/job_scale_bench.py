@@ -29,6 +29,7 @@ from bench.stream_bench import percentile
 from docgen.figures import MB, ratio_row
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log_writer import set_table_properties
+from recluster.engine.job_status import follow_statuses
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
 from recluster.settings_job import StreamSettings
 
@@ -94,7 +95,7 @@ def run(spark: Any, work: Path, count: int, seconds: float) -> dict[str, Any]:
     query, handler = start_job(spark, settings, settings.tables)
     lock = TimedLock(handler.lock)
     handler.lock = lock  # type: ignore[assignment]
-    handler.listeners.append(lambda s: statuses.append((time.monotonic(), s.table, s.version)))
+    follow_statuses(handler.board, lambda s: statuses.append((time.monotonic(), s.table, s.version)))
     jvm = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
     peak = [0]
     stop = threading.Event()

@@ -34,6 +34,7 @@ from docgen.figures import ratio_row
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.engine.demo import append_demo_batch
 from recluster.engine.job_state import TableStatus
+from recluster.engine.job_status import follow_statuses
 from recluster.engine.publish import commit_event_json
 from recluster.settings import ClusteringSettings, Settings, TableSettings
 from recluster.settings_job import KafkaSettings, StreamSettings
@@ -74,7 +75,7 @@ def run_source(
         announce(str(table), DeltaTable(str(table)).version())
     decisions = Decisions()
     query, handler = start_job(spark, settings, settings.tables)
-    handler.listeners.append(decisions)
+    follow_statuses(handler.board, decisions)
     appended: list[tuple[int, float]] = []
     try:
         initial, deadline = DeltaTable(str(table)).version(), time.monotonic() + 120

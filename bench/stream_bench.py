@@ -31,6 +31,7 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log import PRODUCER, PRODUCER_KEY
 from recluster.engine.demo import append_demo_batch
 from recluster.engine.job_state import TableStatus
+from recluster.engine.job_status import follow_statuses
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings, TableSettings
 from recluster.settings_job import StreamSettings
@@ -110,7 +111,7 @@ def run(work: Path, batches: int) -> dict[str, Any]:
 
     started = time.monotonic()
     query, handler = start_job(spark, settings, settings.tables)
-    handler.listeners.append(listener)
+    follow_statuses(handler.board, listener)
     try:
         initial_version = DeltaTable(str(table)).version()
         if not wait_for(initial_version, 120):
