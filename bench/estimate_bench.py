@@ -1,6 +1,6 @@
 """`recluster estimate` against a real run of the same workload: `python -m bench.estimate_bench [--quick]` (issue 35).
 
-Each workload (bench/compare/workloads.py: uniform int64 keys, timestamps 5% late by up to 4 appends, 5% late by
+Each workload (tests/workload_data.py: uniform int64 keys, timestamps 5% late by up to 4 appends, 5% late by
 any amount, a random two-column (a, b) key) is appended 40 and 400 times (quick: 40) to a table nobody reclusters:
 the history `estimate` learns from. The real run appends the same batches to a second table with a recluster round
 (default settings: the `absorb` policy, in the process) after every append, measuring the bytes written, the

@@ -1,7 +1,7 @@
 """Time-like keys with default settings against z_order and compact: `python -m bench.watermark_bench [--quick]`
 (issue 20).
 
-Workloads (bench/compare/workloads.py), each appended identically to every strategy's own table: timestamps with 5%
+Workloads (tests/workload_data.py), each appended identically to every strategy's own table: timestamps with 5%
 of the rows late by up to 4 appends, 5% late by any amount, and random int64 keys; 40 appends of 10,000 rows and 400
 of 2,000, files of 5 appends (target rows 50,000 / 10,000). Strategies: recluster with default settings (the
 `absorb` policy: the watermark and rent-or-buy trigger on time-like tables, the ratio rule otherwise) after every

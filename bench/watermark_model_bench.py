@@ -2,7 +2,7 @@
 [--quick]` (issue 20).
 
 The model (tests/absorb_model.py) runs the real selection over files that hold real keys, cut as the merge kernel cuts
-them (`file_segments`); the keys are bench/compare/workloads.py's timestamps, as integers. Part 1 sweeps the rent share
+them (`file_segments`); the keys are tests/workload_data.py's timestamps, as integers. Part 1 sweeps the rent share
 and the dilution exponent (recluster/core/selection/watermark.py) on the issue's two bounded-lateness workloads (5% of
 the rows late by up to 4 appends; 40 appends of 10,000 rows and 400 of 2,000, files of 5 appends): the defaults were
 chosen from it. Part 2 runs the defaults and the previous trigger (share 0.15, no dilution) on other lateness bounds

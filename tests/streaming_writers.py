@@ -50,7 +50,7 @@ class WritersRun:
     rows: int
     dml: int
     dml_committed: int
-    """Statements that committed within ATTEMPTS attempts (bench/streaming_writers_spark.py)."""
+    """Statements that committed within ATTEMPTS attempts (tests/streaming_writers_spark.py)."""
     dml_lost_to_rewrites: int
     """DML attempts that failed on a conflict with a rewrite commit: ours, or Delta's OPTIMIZE."""
     dml_lost_to_writer: int
