@@ -39,6 +39,7 @@ def rows(results: Results) -> list[list[str]]:
             f"`{b.name}`",
             f"`python -m {b.module}{''.join(' ' + a for a in b.args)}`",
             b.compares + (f"; needs {b.needs}" if b.needs else ""),
+            f"`{b.results}{'[-quick]' if b.quick else ''}-<date>.json`",
             run_time(results, b, quick=True),
             run_time(results, b, quick=False),
             ", ".join(f"`{f}`" for f in b.cited) or "none",
@@ -48,8 +49,8 @@ def rows(results: Results) -> list[list[str]]:
 
 
 def benchmarks_table(results: Results | None = None) -> str:
-    headers = ("benchmark", "command", "recluster against", "quick run", "full run", "the docs' figures come from")
-    return table(headers, rows(results or Results()), "llllll")
+    headers = ("benchmark", "command", "recluster against", "writes", "quick run", "full run", "the docs cite")
+    return table(headers, rows(results or Results()), "lllllll")
 
 
 def render(text: str) -> str:
