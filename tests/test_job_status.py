@@ -4,6 +4,7 @@ bounds are current and cut to the batch budget."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -14,11 +15,14 @@ from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.optimizing import optimizing_config
 from recluster.core.scheduling import ProcessType
+from recluster.delta.log import read_commits
 from recluster.delta.log_writer import set_table_properties
+from recluster.delta.replay import replays
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_schedule import loader_of
 from recluster.engine.job_state import LevelStatus, TableStatus
 from recluster.engine.job_status import StatusBoard, follow_statuses
+from recluster.engine.job_tables import JobTables
 from recluster.engine.planning import plan_process, recluster_plan
 from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
 from recluster.settings_job import StreamSettings
@@ -99,3 +103,33 @@ def test_a_curve_keys_first_batch_plans_once_after_its_bounds_and_keeps_the_budg
     assert report.status.tasks == 1 and report.status.pending  # one task ran, the rest is left for the next batch
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == expected
     assert handler.board.view.snapshots[str(path)].version == tracked.version
+
+
+def test_the_job_replays_a_tables_log_at_most_once_per_version(tmp_path: Path) -> None:
+    """The job keeps a table's log state current from the commits it applies: every batch at one version shares one
+    replay, commits read from the log advance the state without one, rows of the Delta-log trigger (no actions)
+    leave one replay for the new version."""
+    path = tmp_path / "t"
+    for seed in range(3):
+        write_deltalake(str(path), pa.table({"k": np.random.default_rng(seed).integers(0, 1000, 100)}), mode="append")
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
+    uri = str(path)
+    tables = JobTables(Settings(), [TableSettings(uri=uri)])
+    tracked = tables.tracked[uri] = tables.track(uri, None)
+    before = replays()
+    for _ in range(3):  # three batches at the same version
+        tracked.snapshot().log_state()
+    assert replays() - before == 1
+
+    write_deltalake(uri, pa.table({"k": [1, 2, 3]}), mode="append")
+    read = list(read_commits(uri, tracked.version + 1, tracked.version + 1, {}))
+    tables.apply(uri, read)
+    state = tracked.snapshot().log_state()
+    assert replays() - before == 1 and state.version == tracked.version == read[-1].version  # advanced, not replayed
+
+    write_deltalake(uri, pa.table({"k": [4]}), mode="append")
+    (row,) = read_commits(uri, tracked.version + 1, tracked.version + 1, {})
+    tables.apply(uri, [dataclasses.replace(row, actions=())])  # as the Delta-log trigger's rows come
+    for _ in range(2):
+        tracked.snapshot().log_state()
+    assert replays() - before == 2

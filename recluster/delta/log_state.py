@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from deltalake import DeltaTable
 
+from recluster.delta.log import CommitEntry
 from recluster.delta.replay import LogState, replay_log
 
 
@@ -17,11 +18,13 @@ class SnapshotLog:
     """The log of one version of a table, replayed on first use, once, whoever asks first (the threads of one
     round included); later versions advance its state (`LogState.advanced`)."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, str] | None, version: int) -> None:
+    def __init__(
+        self, uri: str, storage_options: Mapping[str, str] | None, version: int, state: LogState | None = None
+    ) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self.version = version
-        self._state: LogState | None = None
+        self._state = state
         self._lock = threading.Lock()
 
     def state(self) -> LogState:
@@ -29,6 +32,18 @@ class SnapshotLog:
             if self._state is None:
                 self._state = replay_log(self.uri, self.storage_options, self.version)
             return self._state
+
+    def advanced(self, commits: Sequence[CommitEntry]) -> SnapshotLog:
+        """The log after `commits` (the versions after this one, in order): its state advanced with their actions
+        when this one was replayed and every commit carries its actions (commits read from the log do; rows of the
+        Delta-log trigger don't), else replayed on first use at the new version. Never two replays of one version."""
+        if not commits:
+            return self
+        version = commits[-1].version
+        replayed = self._state
+        if replayed is None or any(not c.actions for c in commits):
+            return SnapshotLog(self.uri, self.storage_options, version)
+        return SnapshotLog(self.uri, self.storage_options, version, replayed.advanced(commits))
 
     def __repr__(self) -> str:
         return f"SnapshotLog(uri={self.uri!r}, version={self.version}, replayed={self._state is not None})"

@@ -12,6 +12,7 @@ from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringState
 from recluster.core.outcomes import OutcomeTotals
 from recluster.core.selection.plan import Policy
+from recluster.delta.log_state import SnapshotLog
 from recluster.delta.snapshot import TableSnapshot
 
 log = logging.getLogger("recluster.job")
@@ -103,6 +104,9 @@ class TrackedTable:
     """Bytes other writers appended since the job started (kept on reload)."""
     quiet_until: float = 0.0
     """Epoch seconds until which the table, healthy when last scheduled, needs no look without a new commit."""
+    log: SnapshotLog | None = field(default=None, repr=False)
+    """The log at `version`, kept current from the commits the job applies: replayed at most once per version
+    (docs/architecture.md#the-log-state)."""
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(
@@ -114,4 +118,5 @@ class TrackedTable:
             self.properties,
             self.data_schema,
             self.storage_options,
+            self.log,
         )

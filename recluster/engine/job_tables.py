@@ -17,6 +17,7 @@ from recluster.core.errors import TableError
 from recluster.core.metrics import ClusteringState
 from recluster.delta.file_blocks import blocks_from_log_adds
 from recluster.delta.log import PRODUCER, CommitEntry, read_commits
+from recluster.delta.log_state import SnapshotLog
 from recluster.delta.ranges import on_other_curve
 from recluster.delta.snapshot import load_snapshot
 from recluster.delta.storage import normalize_uri, require_safe_commits
@@ -66,6 +67,7 @@ class JobTables:
             -1 if before_first else snapshot.version,
             snapshot.data_schema,
             dict(options),
+            log=None if before_first else snapshot.log,
         )
 
     def initial_state(self, uri: str, first_version: int) -> TrackedTable:
@@ -92,6 +94,7 @@ class JobTables:
         fresh = [c for c in commits if c.version > tracked.version]  # older: replayed after a restart
         foreign = [c for c in fresh if c.producer != PRODUCER]
         tracked.bytes_appended += sum(c.bytes_added for c in foreign)
+        applied = []
         for commit in fresh:
             changed = commit.metadata_changed or on_other_curve(commit, tracked.key)  # new bounds: no metaData
             if commit.is_gap or changed or commit.version != tracked.version + 1:
@@ -104,6 +107,11 @@ class JobTables:
             added = blocks_from_log_adds(commit.adds, tracked.key, tracked.partition_columns, uri, self.options(uri))
             tracked.state.apply(added, commit.removes)
             tracked.version = commit.version
+            applied.append(commit)
+        else:  # not reloaded: the log moves on with the state
+            if tracked.log is None:
+                tracked.log = SnapshotLog(uri, tracked.storage_options, tracked.version)
+            tracked.log = tracked.log.advanced(applied)
         return tracked, bool(foreign)
 
     def commits_for_events(self, events: list[dict[str, Any]]) -> CommitsFromEvents:
