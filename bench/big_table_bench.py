@@ -44,8 +44,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from bench.common import log, publish, quick_cli
-from bench.memory_bench import measured_in_subprocess, process_peak_rss_mb
+from bench.common import log, measured_in_subprocess, process_peak_rss_mb, publish, quick_cli
 from docgen.figures import ratio_row
 from recluster.core.blocks import age_run_id, data_file_name
 from recluster.core.keys import key_fingerprint

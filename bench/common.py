@@ -1,5 +1,6 @@
 """What several benchmarks use: the Spark session, the results files and their summary table, the log line, the
-command line, and tables in bench's row shape (an int64 key, a float, 20 letters, an int)."""
+command line, tables in bench's row shape (an int64 key, a float, 20 letters, an int), and measures (percentiles, a
+process's peak memory, the share of files a range predicate reads)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,10 +21,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
 
-from docgen.figures import RESULTS, SUMMARY_HEADERS, summary_records
+from docgen.figures import MB, RESULTS, SUMMARY_HEADERS, summary_records
 from recluster.settings import SparkSettings
-from tests.file_stats import add_actions
+from tests.file_stats import PREDICATES, WIDTH, add_actions, as_numbers
 from tests.workload_data import STRING_WIDTH, letters
 
 SPARK_SETTINGS = SparkSettings(master="local[2]", shuffle_partitions=4)
@@ -155,3 +160,64 @@ class LogBackup:
                 shutil.rmtree(target)
             else:
                 target.unlink()
+
+
+# ---- measures -------------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], percent: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    rank = max(1, int(np.ceil(percent / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+def process_peak_rss_mb() -> float:
+    """Peak resident memory of this process image (VmHWM; ru_maxrss would carry the parent's peak over exec)."""
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / MB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB  # not Linux: KiB on most systems
+
+
+def measured_in_subprocess(module: str, path: Path, what: str) -> dict[str, Any]:
+    """`python -m <module> --measure WHAT TABLE` in a fresh interpreter: the JSON it prints last."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--measure", what, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+ColumnPredicates = dict[str, tuple[np.ndarray, np.ndarray]]
+"""Per column, the low and high ends of each predicate."""
+
+
+def random_predicates(table: pa.Table, columns: tuple[str, ...], seed: int) -> ColumnPredicates:
+    """PREDICATES per column at random places: a range of WIDTH of the domain, or one value of a string column."""
+    rng = np.random.default_rng(seed)
+    predicates: ColumnPredicates = {}
+    for name in columns:
+        values = as_numbers(pc.drop_null(table[name]))
+        if values.dtype == object:
+            picks = rng.choice(np.unique(values), PREDICATES)
+            predicates[name] = (picks, picks)
+            continue
+        low, high = float(values.min()), float(values.max())
+        width = (high - low) * WIDTH
+        starts = rng.uniform(low, high - width, PREDICATES)
+        predicates[name] = (starts, starts + width)
+    return predicates
+
+
+def scan_shares(path: Path, predicates: ColumnPredicates) -> dict[str, float]:
+    """Per column: mean over its predicates of the share of live files whose min/max stats intersect it."""
+    actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+    shares = {}
+    for name, (low, high) in predicates.items():
+        file_low, file_high = as_numbers(actions[f"min.{name}"]), as_numbers(actions[f"max.{name}"])
+        hits = (file_low[None, :] <= high[:, None]) & (low[:, None] <= file_high[None, :])
+        shares[name] = float(hits.mean())
+    return shares

@@ -29,22 +29,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from bench.common import log, publish, quick_cli
+from bench.common import ColumnPredicates, log, publish, quick_cli, random_predicates, scan_shares
 from bench.curve_data import RealData, flights, lineitem
 from docgen.figures import ratio_row
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings
-from tests.file_stats import PREDICATES, WIDTH, as_numbers
 from tests.fingerprints import row_fingerprint
 from tests.workload_data import letters
 
 COLUMNS = ("a", "b")
 REAL_FILES = 48
 """Files the real tables are cut into (the issue's reference layout has 46 on 2M rows)."""
-
-Predicates = dict[str, tuple[np.ndarray, np.ndarray]]
-"""Per column, the low and high ends of each predicate."""
 
 
 def batch(rng: np.random.Generator, rows: int) -> pa.Table:
@@ -61,39 +57,11 @@ def no_spark() -> Any:
     raise AssertionError("the curve bench runs the kernel in the process")
 
 
-def random_predicates(table: pa.Table, columns: tuple[str, ...], seed: int) -> Predicates:
-    """PREDICATES per column at random places: a range of WIDTH of the domain, or one value of a string column."""
-    rng = np.random.default_rng(seed)
-    predicates: Predicates = {}
-    for name in columns:
-        values = as_numbers(pc.drop_null(table[name]))
-        if values.dtype == object:
-            picks = rng.choice(np.unique(values), PREDICATES)
-            predicates[name] = (picks, picks)
-            continue
-        low, high = float(values.min()), float(values.max())
-        width = (high - low) * WIDTH
-        starts = rng.uniform(low, high - width, PREDICATES)
-        predicates[name] = (starts, starts + width)
-    return predicates
-
-
-def scan_shares(path: Path, predicates: Predicates) -> dict[str, float]:
-    """Per column: mean over its predicates of the share of live files whose min/max stats intersect it."""
-    actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
-    shares = {}
-    for name, (low, high) in predicates.items():
-        file_low, file_high = as_numbers(actions[f"min.{name}"]), as_numbers(actions[f"max.{name}"])
-        hits = (file_low[None, :] <= high[:, None]) & (low[:, None] <= file_high[None, :])
-        shares[name] = float(hits.mean())
-    return shares
-
-
 def settings_for(curve: str, target_rows: int) -> Settings:
     return Settings(clustering={"target_rows": target_rows, "curve": curve})
 
 
-def after_final(source: Path, scratch: Path, target_rows: int, predicates: Predicates) -> dict[str, Any]:
+def after_final(source: Path, scratch: Path, target_rows: int, predicates: ColumnPredicates) -> dict[str, Any]:
     """FINAL on copies of `source` (HILBERT, ZORDER, LINEAR) and delta-rs z_order on the same key columns."""
     columns = list(predicates)
     expected = row_fingerprint(DeltaTable(str(source)).to_pyarrow_table())

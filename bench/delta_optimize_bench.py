@@ -34,8 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from bench.common import log, publish, quick_cli
-from bench.curve_bench import random_predicates, scan_shares
+from bench.common import log, publish, quick_cli, random_predicates, scan_shares
 from bench.curve_data import RealData, flights, lineitem
 from docgen.summary_figures import delta_optimize_rows
 from tests.fingerprints import row_fingerprint

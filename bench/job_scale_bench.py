@@ -24,8 +24,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from bench.common import log, publish, quick_cli, start_spark
-from bench.stream_bench import percentile
+from bench.common import log, percentile, publish, quick_cli, start_spark
 from docgen.figures import MB, ratio_row
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log_writer import set_table_properties

@@ -28,8 +28,8 @@ import numpy as np
 from deltalake import DeltaTable
 from kafka import KafkaProducer
 
-from bench.common import log, publish, quick_cli, start_spark
-from bench.stream_bench import INTERVAL_SECONDS, ROWS, TRIGGER_SECONDS, percentile, warm_up
+from bench.common import log, percentile, publish, quick_cli, start_spark
+from bench.stream_bench import INTERVAL_SECONDS, ROWS, TRIGGER_SECONDS, warm_up
 from docgen.figures import ratio_row
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.engine.demo import append_demo_batch

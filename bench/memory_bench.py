@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +22,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from bench.common import log, markdown_table, write_results
+from bench.common import log, markdown_table, measured_in_subprocess, process_peak_rss_mb, write_results
 from docgen.figures import SUMMARY_HEADERS, summary_records
 from recluster.delta.log_writer import set_table_properties
 from recluster.settings import CLUSTER_BY_PROPERTY
@@ -71,14 +68,6 @@ def build_table(path: Path, files: int, seed: int = 5, chunk: int = CHUNK, run_f
     DeltaTable(str(path)).create_checkpoint()
 
 
-def process_peak_rss_mb() -> float:
-    """Peak resident memory of this process image (VmHWM; ru_maxrss would carry the parent's peak over exec)."""
-    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024 / MB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB  # not Linux: KiB on most systems
-
-
 def measure(path: str, what: str) -> dict[str, Any]:
     """In this (fresh) process: peak RSS and Python allocation peak of `what` on the table."""
     from recluster.core.selection import select_merge_tasks
@@ -110,17 +99,6 @@ def measure(path: str, what: str) -> dict[str, Any]:
         "peak_rss_mb": process_peak_rss_mb(),
         "peak_rss_above_imports_mb": process_peak_rss_mb() - before,
     }
-
-
-def measured_in_subprocess(module: str, path: Path, what: str) -> dict[str, Any]:
-    """`python -m <module> --measure WHAT TABLE` in a fresh interpreter: the JSON it prints last."""
-    done = subprocess.run(
-        [sys.executable, "-m", module, "--measure", what, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main(quick: bool = False) -> dict[str, Any]:

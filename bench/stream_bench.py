@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from deltalake import DeltaTable
 
-from bench.common import log, machine, markdown_table, quick_cli, start_spark, write_results
+from bench.common import log, machine, markdown_table, percentile, quick_cli, start_spark, write_results
 from docgen.figures import SUMMARY_HEADERS, summary_records
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.delta.log import PRODUCER, PRODUCER_KEY
@@ -51,13 +51,6 @@ def foreign_data_commits(path: Path) -> list[tuple[int, int]]:
         if adds and info.get(PRODUCER_KEY) != PRODUCER:
             commits.append((int(entry.stem), sum(int(a.get("size", 0)) for a in adds)))
     return commits
-
-
-def percentile(values: list[float], percent: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, int(np.ceil(percent / 100 * len(ordered))))
-    return ordered[rank - 1]
 
 
 def warm_up(spark: Any, path: Path, rng: np.random.Generator) -> float:

@@ -1,5 +1,5 @@
-"""The Delta Spark side of bench/streaming_writers_bench.py, run with the referee environment's python (pyspark 4.2,
-Delta Spark 4.4: `./dev referee`); it imports nothing of recluster's.
+"""The Delta Spark side of a streaming-writers run (tests/streaming_writers.py), run with the referee environment's
+python (pyspark 4.2, Delta Spark 4.4: `./dev referee`); it imports nothing of recluster's.
 
 Creates a `CLUSTER BY (a, b)` table, waits for the go file (the driver starts `recluster watch` first), then for
 `--seconds`: a Structured Streaming query appends rate-source rows every second (`writeStream.format("delta")`),
