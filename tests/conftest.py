@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import QUICK_LOG
 from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars
 from tests.referee import Referee, referee_missing
 from tests.s3_server import S3Server, moto_server
@@ -28,9 +29,6 @@ a test using one, directly or through another fixture, is marked `needs_services
 
 SERVICE_PROGRAMS = ("java", "chromium", "chromium-browser", "node", "azurite-blob", "kubectl", "kind", "docker")
 """What the quick run replaces on PATH (and JAVA_HOME) by a stub that records the attempt and fails."""
-
-QUICK_LOG = "RECLUSTER_QUICK_STARTED"
-"""The environment variable naming the file the stubs append the programs they were asked to run to."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,7 +55,7 @@ def _stub_service_programs(root: Path) -> None:
     for program in SERVICE_PROGRAMS:
         stub = stubs / program
         stub.write_text(
-            '#!/bin/sh\necho "$(basename "$0") $*" >> "$RECLUSTER_QUICK_STARTED"\n'
+            f'#!/bin/sh\necho "$(basename "$0") $*" >> "{log}"\n'
             'echo "recluster quick run: $(basename "$0") is not available (mark the test needs_services)" >&2\n'
             "exit 127\n"
         )

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +30,9 @@ from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import ReclusterResult, recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings, TableSettings
 from recluster.settings_job import StreamSettings
+
+if TYPE_CHECKING:
+    from recluster.engine.handler import ReclusterHandler
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_SECONDS = 180.0
@@ -217,6 +220,45 @@ def job_settings(checkpoint: Path, tables: Sequence[str | Path], policy: Policy 
     )
 
 
+def handler_with_tables(tmp_path: Path, count: int, appends: int = 1) -> ReclusterHandler:
+    """The job's handler (no Spark) tracking `count` tables of `appends` timelike appends of 10 rows each, driven
+    directly by the tests of the job's scheduled maintenance."""
+    from recluster.engine.handler import ReclusterHandler
+
+    paths = [tmp_path / f"t{index}" for index in range(count)]
+    for path in paths:
+        for batch in range(appends):
+            timelike_append(path, batch, rows=10)
+    settings = job_settings(tmp_path / "checkpoint", paths)
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    for path in paths:
+        handler.tracked[str(path)] = handler.tables.track(str(path), None)
+    return handler
+
+
+def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]]:
+    """A one-file table and `rewrite(name)`: a rewrite of that file into a copy named `name`, planned at the
+    table's first version (as every concurrent rewrite of it would be)."""
+    from recluster.core.blocks import WrittenFile
+    from recluster.delta.commit import RewriteCommit, commit_rewrite
+
+    path = tmp_path / "t"
+    data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
+    write_deltalake(str(path), data)
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
+    snapshot = snapshot_loader(str(path), Settings(), None)()
+    (block,) = snapshot.blocks
+    for name in ("a", "b"):
+        (path / f"{name}.parquet").write_bytes((path / block.path).read_bytes())
+    stats = {"numRecords": 3, "minValues": {"k": 1}, "maxValues": {"k": 3}, "nullCount": {"k": 0}}
+
+    def rewrite(name: str) -> int:
+        output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
+        return commit_rewrite(RewriteCommit(str(path), snapshot.version, (block,), (output,), name), {})
+
+    return path, data, rewrite
+
+
 @contextlib.contextmanager
 def running_job(spark: Any, settings: Settings) -> Iterator[tuple[Any, Any]]:
     """The streaming job (jobs/autorecluster.py) on the test session: its query and handler, stopped gracefully
@@ -268,6 +310,18 @@ LIGHT = settings(max_examples=100, deadline=None)
 # --- waiting --------------------------------------------------------------------------------------------------
 
 
+QUICK_LOG = "TESTS_QUICK_RUN_LOG"
+"""The environment variable naming the file the quick run's stubs of java, chromium, ... (tests/conftest.py) append
+each attempt to run them to; unset outside the quick run."""
+
+
+def quick_run_attempts() -> int:
+    """How much the quick run's stubs have logged so far (0 outside the quick run): a change means something tried
+    to start a JVM or a service, and a test waiting on it would wait in vain."""
+    log = os.environ.get(QUICK_LOG)
+    return os.stat(log).st_size if log else 0
+
+
 def wait_for(
     condition: Callable[[], object],
     what: str,
@@ -278,9 +332,12 @@ def wait_for(
     """Poll `condition` until it holds; fail naming `what` after `timeout` seconds, or as soon as `process`
     (the one expected to bring the state about) exits."""
     deadline = time.monotonic() + timeout
+    attempts = quick_run_attempts()
     while not condition():
         if process is not None and process.poll() is not None:
             raise AssertionError(f"the process exited ({process.returncode}) while waiting for {what}")
+        if quick_run_attempts() != attempts:
+            raise AssertionError(f"waiting for {what}: a JVM or service was asked for in the quick run (--quick)")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.05)

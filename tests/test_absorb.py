@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ from recluster.settings import (
     resolve_selection,
 )
 from tests.absorb_model import FINGERPRINT, ModelTable, absorb_bounds, make_block
-from tests.helpers import main_json, row_multiset, run_main
+from tests.helpers import main_json, one_file_table, row_multiset, run_main
 
 # ---- the oracle ------------------------------------------------------------------------------------------------
 
@@ -384,29 +383,6 @@ def test_streaming_job_serves_each_table_with_its_policy(tmp_path: Path, spark):
         )
     written = {parse_data_file_name(p) for p in DeltaTable(str(absorbed)).file_uris()} - {None}
     assert written and all(w is not None and w.horizon_ms is not None for w in written)  # absorb runs, by name
-
-
-def one_file_table(tmp_path: Path) -> tuple[Path, pa.Table, Callable[[str], int]]:
-    """A one-file table and `rewrite(name)`: a rewrite of that file into a copy named `name`, planned at the
-    table's first version (as every concurrent rewrite of it would be)."""
-    from recluster.core.blocks import WrittenFile
-    from recluster.delta.commit import RewriteCommit, commit_rewrite
-
-    path = tmp_path / "t"
-    data = pa.table({"k": pa.array([3, 1, 2], pa.int64())})
-    write_deltalake(str(path), data)
-    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k"})
-    snapshot = snapshot_loader(str(path), Settings(), None)()
-    (block,) = snapshot.blocks
-    for name in ("a", "b"):
-        (path / f"{name}.parquet").write_bytes((path / block.path).read_bytes())
-    stats = {"numRecords": 3, "minValues": {"k": 1}, "maxValues": {"k": 3}, "nullCount": {"k": 0}}
-
-    def rewrite(name: str) -> int:
-        output = WrittenFile(f"{name}.parquet", 3, block.bytes, (), stats, 1)
-        return commit_rewrite(RewriteCommit(str(path), snapshot.version, (block,), (output,), name), {})
-
-    return path, data, rewrite
 
 
 def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):

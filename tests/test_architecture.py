@@ -148,3 +148,17 @@ def test_no_test_or_doc_generator_imports_bench() -> None:
         if "bench" in top_packages_imported(path)
     )
     assert not offenders, f"these import bench: {offenders}"
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share is in tests/helpers.py (helpers) and tests/conftest.py (fixtures), never in a test_*
+    module (docs/getting-started.md#the-quick-inner-loop): a test module may be deselected, moved or deleted alone."""
+    offenders = sorted(
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in (ROOT / "tests").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom | ast.Import)
+        for module in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+        if module.rsplit(".", 1)[-1].startswith("test_")
+    )
+    assert not offenders, offenders

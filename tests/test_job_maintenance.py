@@ -4,7 +4,6 @@ driven directly, maintenance replaced by a stand-in that records calls (and can 
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 from pathlib import Path
@@ -18,21 +17,9 @@ import recluster.engine.job_schedule as job_schedule
 from recluster.core.optimizing import PartitionHealth, TableHealth, optimizing_config, pending_optimizing, quiet_until
 from recluster.core.scheduling import ProcessStatus, ProcessType, TableHistory
 from recluster.delta.maintenance import maintain_table
-from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_maintenance import MAINTENANCE_JITTER, maintenance_jitter
 from recluster.settings_optimizing import SelfOptimizingSettings
-from tests.test_self_optimizing import job_settings, timelike_append
-
-
-def handler_with_tables(tmp_path: Path, count: int, appends: int = 1) -> ReclusterHandler:
-    paths = [tmp_path / f"t{index}" for index in range(count)]
-    for path, batch in itertools.product(paths, range(appends)):
-        timelike_append(path, batch, rows=10)
-    settings = job_settings(tmp_path, paths)
-    handler = ReclusterHandler(settings, settings.tables, spark=None)
-    for path in paths:
-        handler.tracked[str(path)] = handler.tables.track(str(path), None)
-    return handler
+from tests.helpers import handler_with_tables
 
 
 def test_maintenance_never_holds_the_lock_micro_batches_need(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -182,7 +182,7 @@ def test_a_commit_finds_its_version_without_reopening_the_table(
 ) -> None:
     """Another writer appended twice after the rewrite's read version: the commit reads those two commits by name
     (checks them, advances the state) and creates the version after them; delta-rs opens nothing."""
-    from tests.test_absorb import one_file_table
+    from tests.helpers import one_file_table
 
     path, data, rewrite = one_file_table(tmp_path)
     read = DeltaTable(str(path)).version()

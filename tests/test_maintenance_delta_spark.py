@@ -22,9 +22,8 @@ from recluster.delta.maintenance_steps import MaintenanceStep, RefusalReason
 from recluster.delta.replay import replay_log
 from recluster.settings_optimizing import MaintenanceSettings
 from tests.delta_spark_tables import RECIPES, Recipe, copy, protocol, rows, settings_for
-from tests.helpers import run_rounds
+from tests.helpers import handler_with_tables, run_rounds
 from tests.referee import Referee
-from tests.test_job_maintenance import handler_with_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
