@@ -1,4 +1,5 @@
-"""The status pages (issue 22): what an operator opens in a browser, served by the job's HTTP server.
+"""The status pages (docs/operations.md#status-pages): what an operator opens in a browser, served by the job's HTTP
+server.
 
 `/` lists every table (state, key and policy, depth, files, levels, pending work, quota and occupation, last
 recluster/optimize); `/tables/<name>` shows one table (depth over time from the optimizing history, level and
@@ -240,7 +241,8 @@ def histogram_plot(histogram: dict[str, int], width: int = 640, height: int = 16
 
 
 def estimate_facts(estimate: dict[str, Any]) -> list[list[str]]:
-    """The projection the job stored when it took the table up, and what happened since (issue 35)."""
+    """The projection the job stored when it took the table up, and what happened since
+    (docs/commands.md#recluster-estimate)."""
     projected, actual = estimate["projected"], estimate["actual"]
     ratio = actual["written_per_appended"]
     return [

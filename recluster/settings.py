@@ -35,8 +35,9 @@ CLUSTER_BY_PROPERTY = "recluster.clusterBy"
 CURVE_PROPERTY = "recluster.curve"
 """Table property holding the curve of a multi-column key (`hilbert`, `zorder`, `linear`): `CLUSTER BY ... USING`."""
 RANGES_PROPERTY = "recluster.curveRanges"
-"""Table property in which recluster before issue 41 named a curve key's range bounds (`_recluster/ranges-<id>.json`);
-read until new bounds are sampled, never written: bounds are named under `_recluster/` (delta/ranges.py)."""
+"""Table property in which recluster before the `_recluster/` pointers named a curve key's range bounds
+(`_recluster/ranges-<id>.json`); read until new bounds are sampled, never written: bounds are named under `_recluster/`
+(delta/ranges.py)."""
 POLICY_PROPERTY = "recluster.policy"
 """Table property choosing the selection policy of one table (`levels` or `absorb`)."""
 

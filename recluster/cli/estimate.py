@@ -1,4 +1,5 @@
-"""`estimate`: what automatic clustering will cost a table before it is turned on (issue 35)."""
+"""`estimate`: what automatic clustering will cost a table before it is turned on
+(docs/commands.md#recluster-estimate)."""
 
 from __future__ import annotations
 

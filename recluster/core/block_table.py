@@ -1,4 +1,4 @@
-"""A snapshot's blocks column by column (issue 23). Pure: numpy and Arrow arrays, no I/O.
+"""A snapshot's blocks column by column (docs/architecture.md#blocks-as-columns). Pure: numpy and Arrow arrays, no I/O.
 
 A million-file table as a million `Block` objects costs about a microsecond and 600 bytes each; metrics and
 selection need only a few numbers per file. `BlockTable` holds them as arrays (paths and per-column stats stay

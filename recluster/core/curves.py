@@ -1,4 +1,5 @@
-"""Space-filling curves over range ids (docs/guarantees.md, issue 19). Pure: numpy and Arrow compute, no I/O.
+"""Space-filling curves over range ids (docs/concepts.md#multi-column-keys-on-a-curve). Pure: numpy and Arrow compute,
+no I/O.
 
 Each key column is mapped to a rank by fixed quantile bounds sampled from the data (`RangeBounds`): NULL is
 rank 0, a value gets 1 + the number of bounds at or below it, NaN the rank after the last; the ranks are then

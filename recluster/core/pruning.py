@@ -1,10 +1,10 @@
 """What users feel of a layout: the share of files a narrow predicate on one key column must read. Pure.
 
 A multi-column key sorted lexicographically prunes well on its first column only; on a curve every column
-prunes about as well (issue 19). The predicates are points spread over the column's values: the curve's range
-bounds (quantiles sampled from the data) when the key has them, else the midpoints of the files' ranges for
-numbers, dates and timestamps, else (strings, binary) the files' minimums, which favour sorted columns. A file is
-read when its min/max stats of the column contain the point, or when it has no usable stats for it.
+prunes about as well (docs/concepts.md#multi-column-keys-on-a-curve). The predicates are points spread over the column's
+values: the curve's range bounds (quantiles sampled from the data) when the key has them, else the midpoints of the
+files' ranges for numbers, dates and timestamps, else (strings, binary) the files' minimums, which favour sorted
+columns. A file is read when its min/max stats of the column contain the point, or when it has no usable stats for it.
 """
 
 from __future__ import annotations

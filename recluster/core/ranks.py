@@ -1,4 +1,4 @@
-"""Keys as ranks (issue 23). Pure: numpy and Arrow arrays, no I/O.
+"""Keys as ranks (docs/architecture.md#blocks-as-columns). Pure: numpy and Arrow arrays, no I/O.
 
 Metrics and selection compare files' keys only through their dense ranks among all the keys of a table: one sort
 of a million files' keys, kept. Keys of one number (the common case) are sorted as the unsigned 64-bit words they

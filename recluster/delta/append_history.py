@@ -1,6 +1,6 @@
-"""A table's data commits as `estimate` learns from them (issue 35): per commit its time, rows, bytes and the range
-of the first key column over the files it added (from the add actions' stats), and the late rows of a few sampled
-appended files (their key column read from Parquet).
+"""A table's data commits as `estimate` learns from them (docs/commands.md#recluster-estimate): per commit its time,
+rows, bytes and the range of the first key column over the files it added (from the add actions' stats), and the late
+rows of a few sampled appended files (their key column read from Parquet).
 
 Commits recluster wrote, and any commit adding no data (`dataChange=false`: OPTIMIZE, compaction), are not appends.
 """

@@ -1,4 +1,5 @@
-"""The names of the files recluster wrote, read for every file of a snapshot at once (issue 23).
+"""The names of the files recluster wrote, read for every file of a snapshot at once
+(docs/architecture.md#blocks-as-columns).
 
 A table recluster keeps holds millions of files named `part-L02-k3f9a1c07-r<run>-[h<horizon>-][c<low>-<high>-]
 <uuid>.parquet` (`core.blocks.data_file_name`). A regular expression per name (even Arrow's) costs a second per

@@ -1,4 +1,5 @@
-"""`recluster estimate` (issue 35): what automatic clustering will cost a table before it is turned on.
+"""`recluster estimate` (docs/commands.md#recluster-estimate): what automatic clustering will cost a table before it is
+turned on.
 
 Reads the table's data commits (`recluster.delta.append_history`), learns the shape of its appends, runs the
 configured policy and the alternatives over synthetic appends of that shape in the table model

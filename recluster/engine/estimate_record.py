@@ -1,5 +1,5 @@
-"""Estimate against actual (issue 35): the projection the job stored when it took a table up (an `estimate` row of
-the history table), next to what the log shows since."""
+"""Estimate against actual (docs/commands.md#recluster-estimate): the projection the job stored when it took a table up
+(an `estimate` row of the history table), next to what the log shows since."""
 
 from __future__ import annotations
 

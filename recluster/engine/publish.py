@@ -58,7 +58,8 @@ class FailureRecord(_Record):
 
 
 class TimeLikeRecord(_Record):
-    """absorb on a time-like partition (issue 20): what the watermark and the rent-or-buy trigger saw."""
+    """absorb on a time-like partition (docs/concepts.md#time-like-keys-the-lateness-watermark): what the watermark and
+    the rent-or-buy trigger saw."""
 
     partition: str = Field(description="the partition (k=v,...; - for an unpartitioned table)")
     lag: str = Field(description="the largest lateness the waiting appends show, in the key's units")
@@ -82,7 +83,7 @@ def time_like_records(decisions: Iterable[tuple[Partition, WatermarkDecision]]) 
 
 
 class EstimateRecord(_Record):
-    """What `recluster estimate` projected when the job took the table up (issue 35)."""
+    """What `recluster estimate` projected when the job took the table up (docs/commands.md#recluster-estimate)."""
 
     version: int = Field(description="the table version the estimate was made at")
     at: float = Field(description="when, in seconds since the epoch")

@@ -1,4 +1,5 @@
-"""Run a strategy over synthetic appends shaped like a table's history, in the table model (issue 35).
+"""Run a strategy over synthetic appends shaped like a table's history, in the table model
+(docs/commands.md#recluster-estimate).
 
 The configured policy is the product's own selection (`select_merge_tasks`) after every append, on files that hold
 real keys and are cut as the merge kernel cuts them (`ModelTable`). The alternatives a user weighs are what other

@@ -1,4 +1,5 @@
-"""The estimate in the table's units (issue 35): model runs scaled back to rows, bytes, files, days and seconds.
+"""The estimate in the table's units (docs/commands.md#recluster-estimate): model runs scaled back to rows, bytes,
+files, days and seconds.
 
 Bytes are rows x the bytes per row the table's appends have (x the bytes a merge writes per byte it reads);
 compute seconds are the merges' fixed seconds plus the bytes rewritten over the merge speed; per-day figures are

@@ -1,4 +1,5 @@
-"""The shape of a table's appends, learned from its commits (issue 35), and synthetic appends of that shape.
+"""The shape of a table's appends, learned from its commits (docs/commands.md#recluster-estimate), and synthetic appends
+of that shape.
 
 What `estimate` learns from the log: how many rows and bytes each data commit added and when, and how each append's
 range of the first key column relates to the table's before it. Appends that move the table's largest key forward

@@ -1,5 +1,5 @@
 """`absorb` on tables whose appends move the largest key forward but carry late rows from anywhere in the past
-(issue 20's "late by any amount"): a main run and a late run. Pure.
+(docs/concepts.md#late-rows-from-anywhere-the-late-run): a main run and a late run. Pure.
 
 Every such append spans the whole table, so each waiting append adds about one to the depth of every file, and
 no watermark closes anything. Instead of absorbing the appends into the main run (a rewrite of the whole table),

@@ -1,4 +1,5 @@
-"""`absorb` on time-like keys (issue 20): a lateness watermark and a rent-or-buy trigger. Pure.
+"""`absorb` on time-like keys (docs/concepts.md#time-like-keys-the-lateness-watermark): a lateness watermark and a
+rent-or-buy trigger. Pure.
 
 Most clustered tables are keyed by event time: appends arrive mostly in order with some late rows. Whole-file
 absorbs rewrite the main run's files that straddle the recent key range again and again. Two levers:
