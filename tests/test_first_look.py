@@ -38,6 +38,7 @@ def logged_operations(table: Path) -> list[str]:
     return [json.loads(line)["commitInfo"].get("operation", "") for line in lines if line.startswith('{"commitInfo"')]
 
 
+@pytest.mark.needs_services  # recluster demo: its job runs local Spark
 def test_the_readme_demo_command_counts_its_merges_with_its_default_relative_path(tmp_path: Path) -> None:
     """`./dev demo` runs `recluster demo` with the default `--path recluster-demo`, relative to the working
     directory: the summary must count the job's merges of that table. Stopped as a user stops it (Ctrl-C) as soon
@@ -85,6 +86,7 @@ def test_info_says_how_many_files_its_depth_leaves_out(tmp_path: Path) -> None:
     assert view.to_dict()["unclustered_files"] == 4 and "files the depth leaves out" in render_table(view)
 
 
+@pytest.mark.needs_services  # run --final on local Spark, in a subprocess
 def test_commands_leave_nothing_in_the_temp_dir_or_the_working_directory(tmp_path: Path) -> None:
     """Every command in a temp dir and working directory of its own, checked empty after it. `watch` runs alongside
     the others (both start a Spark JVM) on a copy of the table as made, so it has the same unmerged appends to work
@@ -125,6 +127,7 @@ def test_commands_leave_nothing_in_the_temp_dir_or_the_working_directory(tmp_pat
         assert not left, f"recluster watch left {left}"
 
 
+@pytest.mark.needs_services  # recluster watch with local Spark, in a subprocess
 def test_a_job_on_300_idle_tables_lists_them_from_the_start_and_sees_an_append_right_after_watching(
     tmp_path: Path,
 ) -> None:

@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 from tests.helpers import append_random, kill_tree, recluster_commits, row_multiset, start_watch, stop_watch, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_services]  # recluster watch subprocesses with local Spark
 
 
 def test_watch_killed_restarted_and_stopped_gracefully(tmp_path):

@@ -31,7 +31,7 @@ from tests.helpers import (
 from tests.reliability.checks import COUNTS, assert_intact, scaled, soak
 from tests.reliability.processes import our_files_on_disk, start_phased_watch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_services]  # recluster watch subprocesses with local Spark
 
 PHASES = ("read_sort", "write", "before_commit", "after_commit")
 SEED = 20261122
