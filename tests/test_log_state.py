@@ -9,7 +9,7 @@ wanted, the replay is the same; a commit finds its version without reopening the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,14 @@ from deltalake import DeltaTable, write_deltalake
 
 import recluster.delta.replay as replay_module
 import recluster.delta.snapshot as snapshot_module
-from recluster.delta.log import read_commits
-from recluster.delta.log_writer import set_table_properties
+from recluster.delta.log import CommitEntry, read_commits
+from recluster.delta.log_writer import commit_next_version, set_table_properties
 from recluster.delta.replay import LogState, replay_log, replays
 from recluster.engine.rounds import recluster_table, snapshot_loader
+from recluster.settings import CommitSettings
 from tests.delta_spark_tables import DML, Recipe, copy, rows, settings_for, write_table
 from tests.referee import Referee
+from tests.s3_server import S3Server
 
 RECIPE = Recipe(
     "liquid-deletion-vectors-row-tracking",
@@ -195,3 +197,33 @@ def test_a_commit_finds_its_version_without_reopening_the_table(
     table = DeltaTable(str(path))
     assert sorted(table.to_pyarrow_table().column("k").to_pylist()) == sorted([*data.column("k").to_pylist(), 9, 9])
     assert any(uri.endswith("a.parquet") for uri in table.file_uris())
+
+
+def test_on_s3_a_replay_from_the_hint_and_a_commit_never_list_the_log(s3: S3Server) -> None:
+    """A replay reads `_last_checkpoint`, the checkpoint it names and the commits after it; a commit planned on an
+    older version reads the two commits another writer made since, one by one, and the absent one after them."""
+    uri, options = s3.table_uri("log-state"), s3.options()
+    for value in range(3):
+        write_deltalake(uri, pa.table({"k": [value]}), mode="append", storage_options=options)
+    DeltaTable(uri, storage_options=options).create_checkpoint()
+    set_table_properties(uri, {"recluster.clusterBy": "k"}, options)
+    version = DeltaTable(uri, storage_options=options).version()
+    before = len(s3.requests())
+    state = replay_log(uri, options, version)
+    replayed = s3.requests()[before:]
+    assert state.metadata["configuration"] == {"recluster.clusterBy": "k"}
+    assert replayed and not any("list-type" in r for r in replayed), replayed
+    for value in range(2):
+        write_deltalake(uri, pa.table({"k": [value]}), mode="append", storage_options=options)
+    seen: list[list[int]] = []
+
+    def prepare(new: Sequence[CommitEntry], latest: int) -> list[dict[str, Any]]:
+        seen.append([entry.version for entry in new])
+        return [{"commitInfo": {"operation": "TEST"}}]
+
+    before = len(s3.requests())
+    created = commit_next_version(uri, options, prepare, CommitSettings(), read_version=version)
+    committed = s3.requests()[before:]
+    assert created == version + 3 and seen == [[version + 1, version + 2]]
+    assert not any("list-type" in r for r in committed), committed
+    assert DeltaTable(uri, storage_options=options).version() == version + 3
