@@ -24,7 +24,7 @@ from recluster.engine.job_state import LevelStatus, TableStatus
 from recluster.engine.job_status import StatusBoard, follow_statuses
 from recluster.engine.job_tables import JobTables
 from recluster.engine.planning import plan_process, recluster_plan
-from recluster.settings import CLUSTER_BY_PROPERTY, Settings, TableSettings
+from recluster.settings import CLUSTER_BY_PROPERTY, POLICY_PROPERTY, Settings, TableSettings
 from recluster.settings_job import StreamSettings
 from tests.helpers import row_multiset
 
@@ -133,3 +133,23 @@ def test_the_job_replays_a_tables_log_at_most_once_per_version(tmp_path: Path) -
     for _ in range(2):
         tracked.snapshot().log_state()
     assert replays() - before == 2
+
+
+def test_a_table_with_a_malformed_property_keeps_its_error_and_is_left_alone(tmp_path: Path) -> None:
+    """A bad `recluster.policy` is shown with the table and no work runs on it; a batch with new commits does not hide
+    the error behind a plain status."""
+    path = tmp_path / "t"
+    for seed in range(4):
+        write_deltalake(str(path), pa.table({"k": np.random.default_rng(seed).integers(0, 1000, 100)}), mode="append")
+    set_table_properties(path, {CLUSTER_BY_PROPERTY: "k", POLICY_PROPERTY: "no-such-policy"})
+    uri = str(path)
+    settings = Settings(
+        stream=StreamSettings(checkpoint_location=str(tmp_path / "checkpoint")), tables=[TableSettings(uri=uri)]
+    )
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    handler.tracked[uri] = handler.tables.track(uri, None)
+    version = DeltaTable(uri).version()
+    handler._publish(handler._run_scheduled({uri: True}))
+    status = handler.status[uri]
+    assert status.error is not None and "no-such-policy" in status.error and status.tasks == 0
+    assert DeltaTable(uri).version() == version  # nothing was rewritten
