@@ -181,8 +181,7 @@ class ReclusterHandler:
     def _publish(self, reports: Sequence[TableReport]) -> None:
         """One new view for readers with these tables' statuses and snapshots, and their metrics records."""
         if reports:
-            tables = [self.tracked[r.status.table] for r in reports if r.status.table in self.tracked]
-            self.board.publish([r.status for r in reports], [t.snapshot() for t in tables])
+            self.board.publish([r.status for r in reports], [r.snapshot for r in reports])
             self._publish_records([r.record for r in reports])
 
     def _publish_records(self, records: Sequence[MetricsRecord]) -> None:

@@ -109,9 +109,10 @@ class JobTables:
             tracked.version = commit.version
             applied.append(commit)
         else:  # not reloaded: the log moves on with the state
-            if tracked.log is None:
+            if tracked.log is None:  # taken up before its first commit: nothing to advance
                 tracked.log = SnapshotLog(uri, tracked.storage_options, tracked.version)
-            tracked.log = tracked.log.advanced(applied)
+            else:
+                tracked.log = tracked.log.advanced(applied)
         return tracked, bool(foreign)
 
     def commits_for_events(self, events: list[dict[str, Any]]) -> CommitsFromEvents:

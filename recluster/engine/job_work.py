@@ -12,27 +12,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from recluster.core.blocks import Partition
-from recluster.core.optimizing import OptimizingConfig
 from recluster.core.outcomes import CommitOutcome, CommitStatus, OutcomeTotals
 from recluster.core.scheduling import ProcessType
 from recluster.core.selection.plan import Policy, WatermarkDecision
 from recluster.delta.history import HistoryStore
+from recluster.delta.snapshot import TableSnapshot
 from recluster.engine.api import selection_bounds
 from recluster.engine.failures import FailureBook
 from recluster.engine.job_schedule import DueWork, loader_of
 from recluster.engine.job_state import TableStatus, TrackedTable
 from recluster.engine.job_status import table_status
 from recluster.engine.optimizer import run_process
-from recluster.engine.planning import PlannedProcess, plan_process
+from recluster.engine.planning import plan_process
 from recluster.engine.publish import BatchActions, MetricsRecord, metrics_record
 from recluster.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
 class TableReport:
-    """What one table's turn produced: the status shown for it and the record published to the metrics topic."""
+    """What one table's turn produced: the status shown for it, the snapshot it was decided on (what readers see of
+    the table: our own commits come back later) and the record published to the metrics topic."""
 
     status: TableStatus
+    snapshot: TableSnapshot
     record: MetricsRecord
 
     def __str__(self) -> str:
@@ -60,7 +62,9 @@ def run_work(
     beta = bounds.beta if bounds.policy is Policy.ABSORB else None
     time_like: tuple[tuple[Partition, WatermarkDecision], ...] = ()
     if work.kind is not None:
-        planned = work.planned or _planned(tracked, work.kind, work.config, settings)
+        planned = work.planned or plan_process(
+            work.kind, snapshot, loader_of(tracked), settings=settings, config=work.config
+        )
         if work.kind is ProcessType.RECLUSTER:
             pending, beta, time_like = planned.work_left, planned.plan.beta, planned.plan.watermarks
         outcomes, batch = run_process(
@@ -99,8 +103,4 @@ def run_work(
         ),
         time_like=time_like,
     )
-    return TableReport(status, record)
-
-
-def _planned(tracked: TrackedTable, kind: ProcessType, config: OptimizingConfig, settings: Settings) -> PlannedProcess:
-    return plan_process(kind, tracked.snapshot(), loader_of(tracked), settings=settings, config=config)
+    return TableReport(status, snapshot, record)
