@@ -91,6 +91,9 @@ class FaultRule:
     latency_seconds: float = 0.3
     prefix: str = ""
     """Only objects whose key (or listed prefix) starts with this (a table's prefix)."""
+    after_requests: int = 0
+    """Only once this many requests of the method on one object have passed: a name requested again and again (the
+    Delta-log source's probe of the next commit) is hit, a file read once or twice is not."""
 
     def matches(self, method: str, target: Target, name: str) -> bool:
         if self.target is not Target.ANY and self.target is not target:
@@ -113,6 +116,7 @@ class FaultRule:
             budget=data.get("budget"),
             latency_seconds=float(data.get("latency_seconds", 0.3)),
             prefix=data.get("prefix", ""),
+            after_requests=int(data.get("after_requests", 0)),
         )
 
 
@@ -172,6 +176,8 @@ class Decider:
             if not rule.matches(method, target, name):
                 continue
             if rule.budget is not None and self.spent.get(index, 0) >= rule.budget:
+                continue
+            if occurrence < rule.after_requests:
                 continue
             if draw(self.plan.seed, index, method, name, occurrence) < rule.rate:
                 self.spent[index] = self.spent.get(index, 0) + 1

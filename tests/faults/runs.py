@@ -233,10 +233,11 @@ class FaultRun:
         rules: Sequence[FaultRule],
         *,
         watch_appends: int = 3,
+        watch_until: str = "",
         overrides: Mapping[str, object] | None = None,
     ) -> StepResult:
         """Prepare the table for `operation`, run it under `rules` (with settings `overrides`), then check the table
-        with no faults."""
+        with no faults. `watch` runs until it has seen `watch_appends` appends and, if given, logged `watch_until`."""
         if operation is Operation.INCREMENTAL:
             self.append(2)
         elif operation is Operation.OPTIMIZE:
@@ -246,7 +247,7 @@ class FaultRun:
         started = time.monotonic()
         try:
             if operation is Operation.WATCH:
-                code, report, error = self._watch(watch_appends)
+                code, report, error = self._watch(watch_appends, watch_until)
             else:
                 arguments = [*self.command(operation), "--json", *self.settings(overrides or {})]
                 code, stdout, error = self._cli(arguments)
@@ -283,8 +284,9 @@ class FaultRun:
     def _copy(self) -> Path:
         return self.work / f"copy-{len(self.steps)}"
 
-    def _watch(self, appends: int) -> tuple[int, dict[str, Any] | None, str]:
-        """`recluster watch` through the front while `appends` appends land; SIGTERM once it has seen the last."""
+    def _watch(self, appends: int, until: str) -> tuple[int, dict[str, Any] | None, str]:
+        """`recluster watch` through the front while `appends` appends land; SIGTERM once it has seen the last (and
+        logged `until`)."""
         log = self.work / f"watch-{len(self.steps)}.log"
         checkpoint = self.work / "watch-checkpoint"
         process = start_watch(
@@ -305,6 +307,8 @@ class FaultRun:
                 self.append()
                 version = self._version()
                 wait_for(partial(seen_at_least, log, version), f"the job to see version {version}", process)
+            if until:
+                wait_for(partial(logged, log, until), f"the job to log {until!r}", process)
         except AssertionError as failed:  # it exited, or never caught up: the step failed, the checks still run
             error = str(failed)
         if process.poll() is None:
@@ -323,6 +327,10 @@ class FaultRun:
 
 def seen_at_least(log: Path, version: int) -> bool:
     return seen_version(log) >= version
+
+
+def logged(log: Path, text: str) -> bool:
+    return log.exists() and text in log.read_text(errors="replace")
 
 
 @contextlib.contextmanager
