@@ -73,11 +73,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         if fixtures & SERVICE_FIXTURES or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.needs_services)
+        group = _worker_group(item, fixtures)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if config.getoption("--quick"):
         slow = [item for item in items if item.get_closest_marker("needs_services")]
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if not item.get_closest_marker("needs_services")]
+
+
+SHARED_ONE_AT_A_TIME = {"broker": "kafka-broker", "cluster": "spark-cluster"}
+"""Fixtures whose service one worker starts for all the tests that use it (`--dist loadgroup`): one Kafka broker,
+one standalone Spark cluster in the run, not one per worker."""
+
+
+def _worker_group(item: pytest.Item, fixtures: set[str]) -> str | None:
+    """The pytest-xdist group of a test (`./dev test` runs `-n auto --dist loadgroup`): the tests of a shared service
+    together, the tests of a module with a module-scoped fixture together (it is made once, not once per worker);
+    None for the others, which go to whichever worker is free."""
+    for fixture, group in SHARED_ONE_AT_A_TIME.items():
+        if fixture in fixtures:
+            return group
+    if item.get_closest_marker("spark_cluster"):
+        return SHARED_ONE_AT_A_TIME["cluster"]
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if any(d.scope in ("module", "package") for defs in definitions.values() for d in defs):
+        return item.nodeid.split("::")[0]
+    return None
 
 
 @pytest.fixture(autouse=True)

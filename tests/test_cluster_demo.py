@@ -23,7 +23,7 @@ from tests.helpers import cli_environment, descendants, row_multiset, wait_for
 from tests.s3_server import S3Server
 from tests.spark_cluster import free_port
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster]
 
 ROOT = Path(__file__).resolve().parents[1]
 
