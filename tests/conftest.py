@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import QUICK_LOG
+from tests.hive_metastore import Metastore, metastore_missing
 from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars
 from tests.referee import Referee, referee_missing
 from tests.s3_server import S3Server, moto_server
@@ -23,7 +24,9 @@ from tests.s3_server import S3Server, moto_server
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-SERVICE_FIXTURES = frozenset({"spark", "referee", "sources", "broker", "s3", "cluster", "azurite", "gcs"})
+SERVICE_FIXTURES = frozenset(
+    {"spark", "referee", "sources", "broker", "s3", "cluster", "azurite", "gcs", "metastore"}
+)
 """Fixtures that start a JVM (Spark, the referee, Kafka, a standalone cluster) or a service (moto, azurite, fake GCS):
 a test using one, directly or through another fixture, is marked `needs_services`."""
 
@@ -146,6 +149,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
             pytest.fail(f"CI: {missing}")
         pytest.skip(missing)
     server = Broker(tmp_path_factory.mktemp("kafka"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metastore]:
+    """The standalone Hive Metastore (Thrift, embedded Derby), one per worker (tests/hive_metastore)."""
+    _service("Hive Metastore")
+    missing = metastore_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: {missing}")
+        pytest.skip(missing)
+    server = Metastore(tmp_path_factory.mktemp("metastore"))
     server.start()
     yield server
     server.stop()
