@@ -87,6 +87,9 @@ class KubernetesSettings(Section):
     """Service account allowed to manage executor pods, services, config maps and volume claims."""
     driver_service: str = "recluster-driver"
     """Headless service selecting the driver pod; executors reach the driver at its DNS name."""
+    driver_address: Literal["service", "pod_ip"] = "service"
+    """How executors reach the driver: `service`, the headless service's DNS name; `pod_ip`, the driver pod's address
+    from the POD_IP environment variable (downward API `status.podIP`), for a cluster without cluster DNS."""
     cluster_domain: str = "cluster.local"
     """The cluster's DNS domain, part of the driver's host name."""
     driver_port: int = Field(7078, ge=1, le=65535)

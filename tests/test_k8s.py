@@ -34,6 +34,7 @@ from recluster.engine.job_status import StatusBoard
 from recluster.engine.k8s import kubernetes_spark_conf, prepare_event_log_dir, with_kubernetes
 from recluster.settings import Settings, SettingsError, load_settings
 from recluster.settings_job import HttpSettings, KubernetesSettings
+from recluster.spark.session import LOG4J_CONFIG
 from tests.helpers import append_random, run_main
 from tests.spark_cluster import free_port
 
@@ -245,8 +246,14 @@ def test_manifests_agree_with_the_settings(rendered, tmp_path):
     container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert {k8s.driver_port, k8s.block_manager_port, settings.http.port} <= service_ports
     assert set(container_ports.values()) == service_ports
-    conf = kubernetes_spark_conf(settings, environ={})
-    assert conf["spark.driver.host"] == f"{service['metadata']['name']}.{namespace}.svc.cluster.local"
+    # the status pages and /metrics: a ClusterIP service that only a ready driver is behind
+    http = rendered["Service", "recluster-http"]["spec"]
+    assert http.get("clusterIP") != "None" and not http.get("publishNotReadyAddresses", False)
+    assert http["selector"] == service["spec"]["selector"]
+    assert http["ports"] == [{"name": "http", "port": settings.http.port, "targetPort": "http", "protocol": "TCP"}]
+    conf = kubernetes_spark_conf(settings, environ={"POD_IP": "10.1.2.3"})
+    by_dns = f"{service['metadata']['name']}.{namespace}.svc.cluster.local"
+    assert conf["spark.driver.host"] == (by_dns if k8s.driver_address == "service" else "10.1.2.3")
 
     # probes on the job's HTTP server
     assert container_ports["http"] == settings.http.port
@@ -269,6 +276,7 @@ def test_manifests_agree_with_the_settings(rendered, tmp_path):
     env = {e["name"]: e for e in container["env"]}
     assert env["SPARK_LOCAL_DIRS"]["value"] == "/var/lib/spark/local"
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert container["envFrom"] == [{"secretRef": {"name": "recluster-storage"}}]
 
     # non-root, read-only root file system, bounded resources
@@ -301,6 +309,50 @@ def test_production_overlay_patches_tables_and_resources(tmp_path):
     memory = _container(production)["resources"]["limits"]["memory"]
     driver_heap = settings.spark.conf["spark.driver.memory"]
     assert int(driver_heap.removesuffix("g")) < int(memory.removesuffix("Gi")), "the heap needs room for Python"
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    return {prefix.removesuffix("."): value}
+
+
+LOCAL_DIFFERENCES = {
+    # no registry: the image `./dev k8s up` builds and imports, never pulled
+    "kubernetes.container_image", "kubernetes.image_pull_policy",
+    # no cluster DNS: the API server's ClusterIP and the driver pod's address
+    "kubernetes.api_server", "kubernetes.driver_address",
+    # a 2-core node shared with the rest of the machine
+    "spark.conf.spark.driver.memory", "spark.conf.spark.kubernetes.executor.request.cores",
+    "kubernetes.executor_memory",
+    # the test's table: small files, merges in the executors (placement auto would keep them in the driver), short
+    # triggers
+    "tables", "clustering.target_rows", "merge.placement", "stream.trigger_interval_seconds",
+}  # fmt: skip
+
+
+def test_local_overlay_differs_from_the_base_only_where_the_local_cluster_must():
+    """k8s/overlays/local is what the end-to-end test applies (tests/test_k8s_cluster.py): what it proves holds for
+    the base but for these settings, the image and the driver's size."""
+    base, local = _by_key(render(OVERLAYS[0])), _by_key(render(K8S / "overlays" / "local"))
+    base_config, local_config = (
+        _flat(yaml.safe_load(r["ConfigMap", "recluster-config"]["data"]["config.yaml"])) for r in (base, local)
+    )
+    changed = {k for k in base_config.keys() | local_config.keys() if base_config.get(k) != local_config.get(k)}
+    assert changed == LOCAL_DIFFERENCES
+    local_deployment, base_deployment = (copy.deepcopy(r["Deployment", "recluster"]) for r in (local, base))
+    local_container, base_container = (
+        _container({("Deployment", "recluster"): d}) for d in (local_deployment, base_deployment)
+    )
+    assert local_container["image"] == local_config["kubernetes.container_image"]
+    assert local_container["imagePullPolicy"] == "Never"
+    for container in (local_container, base_container):
+        for key in ("image", "imagePullPolicy", "resources"):
+            container.pop(key)
+    assert local_deployment == base_deployment
+    assert {k: v for k, v in local.items() if k[0] not in ("ConfigMap", "Deployment")} == {
+        k: v for k, v in base.items() if k[0] not in ("ConfigMap", "Deployment")
+    }
 
 
 def test_spark_operator_application():
@@ -343,6 +395,9 @@ def k8s_settings(**kubernetes: Any) -> Settings:
     return Settings(kubernetes=KubernetesSettings(enabled=True, container_image="img:1", **kubernetes))
 
 
+TASK_LINES = "-Drecluster.executor.tasks.level=info"
+
+
 def test_kubernetes_spark_conf_has_every_key():
     settings = k8s_settings(
         namespace="jobs",
@@ -369,6 +424,7 @@ def test_kubernetes_spark_conf_has_every_key():
         "spark.blockManager.port": "7079",
         "spark.executor.cores": "2",
         "spark.executor.memory": "4g",
+        "spark.executor.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG} {TASK_LINES}",
         "spark.executor.instances": "3",
         "spark.kubernetes.executor.podTemplateFile": "/etc/recluster/executor-pod-template.yaml",
         "spark.eventLog.enabled": "true",
@@ -386,6 +442,13 @@ def test_kubernetes_spark_conf_dynamic_allocation_and_minimal():
     absent = ("spark.executor.instances", "spark.kubernetes.driver.pod.name", "spark.eventLog.enabled")
     assert not set(absent) & set(conf)
     assert "spark.kubernetes.executor.podTemplateFile" not in conf
+
+
+def test_driver_address_pod_ip_without_cluster_dns():
+    settings = k8s_settings(driver_address="pod_ip")
+    assert kubernetes_spark_conf(settings, environ={"POD_IP": "10.244.0.7"})["spark.driver.host"] == "10.244.0.7"
+    with pytest.raises(SettingsError, match="needs the POD_IP environment variable"):
+        kubernetes_spark_conf(settings, environ={})
 
 
 def test_with_kubernetes_feeds_spark_session_settings():
@@ -490,9 +553,10 @@ def parse_dockerfile(text: str) -> list[tuple[str, str]]:
 def test_dockerfile_parses_and_its_entrypoint_exists():
     instructions = parse_dockerfile((ROOT / "Dockerfile").read_text(encoding="utf-8"))
     keywords = [k for k, _ in instructions]
-    assert keywords[0] == "FROM"
+    # the base is an argument (the local cluster builds on its own base), the official Python image by default
+    assert instructions[0] == ("ARG", "BASE=python:3.11-slim-bookworm")
+    assert [v for k, v in instructions if k == "FROM"] == ["${BASE} AS requirements", "${BASE}"]
     values = dict(instructions)  # the last of each instruction
-    assert values["FROM"].startswith("python:3.11-slim")
     runs = " ".join(v for k, v in instructions if k == "RUN")
     assert "openjdk-17-jre-headless" in runs
     assert "pip install --no-cache-dir ." in runs

@@ -13,10 +13,25 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from recluster.settings import Settings, SettingsError
+from recluster.spark.session import LOG4J_CONFIG
 
 POD_NAME_ENV = "POD_NAME"
 """Set from the downward API (metadata.name) in the driver Deployment: executors get the driver pod as their
 owner, so Kubernetes deletes them when the driver pod goes away."""
+POD_IP_ENV = "POD_IP"
+"""Set from the downward API (status.podIP) in the driver Deployment: the driver's address with
+`kubernetes.driver_address: pod_ip` (no cluster DNS)."""
+
+
+def driver_host(settings: Settings, environ: Mapping[str, str]) -> str:
+    """Where executors reach the driver: the headless service's DNS name, or the pod's own address."""
+    k8s = settings.kubernetes
+    if k8s.driver_address == "service":
+        return k8s.driver_host
+    pod_ip = environ.get(POD_IP_ENV)
+    if not pod_ip:
+        raise SettingsError(f"kubernetes.driver_address=pod_ip needs the {POD_IP_ENV} environment variable")
+    return pod_ip
 
 
 def kubernetes_spark_conf(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -30,13 +45,16 @@ def kubernetes_spark_conf(settings: Settings, environ: Mapping[str, str] | None 
         "spark.kubernetes.container.image": k8s.container_image or "",
         "spark.kubernetes.container.image.pullPolicy": k8s.image_pull_policy,
         "spark.kubernetes.authenticate.driver.serviceAccountName": k8s.service_account,
-        "spark.driver.host": k8s.driver_host,
+        "spark.driver.host": driver_host(settings, environ),
         "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(k8s.driver_port),
         "spark.driver.blockManager.port": str(k8s.block_manager_port),
         "spark.blockManager.port": str(k8s.block_manager_port),
         "spark.executor.cores": str(k8s.executor_cores),
         "spark.executor.memory": k8s.executor_memory,
+        # recluster's log4j config with the executors' task lines on: `kubectl logs` of an executor pod shows them.
+        "spark.executor.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG} "
+        "-Drecluster.executor.tasks.level=info",
     }
     if k8s.dynamic_allocation:
         conf |= {

@@ -1,7 +1,7 @@
-"""A fault-injecting front for an S3 server (moto) on 127.0.0.1: every request is forwarded unchanged (its Host
-header included, so signatures still check) unless the plan in force (tests/faults/plan.py) hits it with a fault:
-its response lost after it was applied, 503 SlowDown, 500 InternalError, a reset connection, or latency. Every
-injected fault is recorded. Test code only.
+"""A fault-injecting front for an S3 server (moto), on 127.0.0.1 or a given address: every request is forwarded
+unchanged (its Host header included, so signatures still check) unless the plan in force (tests/faults/plan.py) hits
+it with a fault: its response lost after it was applied, 503 SlowDown, 500 InternalError, a reset connection, or
+latency. Every injected fault is recorded. Test code only.
 
 Clients reach it as their S3 endpoint (`AWS_ENDPOINT_URL`, path-style, `AWS_ALLOW_HTTP`): delta-rs and obstore both
 talk to it through object_store. It runs in a process of its own (`python -m tests.faults.front BACKEND_URL`
@@ -171,21 +171,22 @@ def _handler(state: FrontState) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(backend: str) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(FrontState(backend)))
+def serve(backend: str, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, 0), _handler(FrontState(backend)))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
 class FaultFront:
-    """The front in its own process, in front of the S3 server at `backend`; `endpoint` is what clients use."""
+    """The front in its own process, in front of the S3 server at `backend`; `endpoint` is what clients use. It
+    listens on `host`: loopback, or an address pods reach (the local Kubernetes cluster's node address)."""
 
-    def __init__(self, backend: str, log: Path) -> None:
+    def __init__(self, backend: str, log: Path, host: str = "127.0.0.1") -> None:
         root = Path(__file__).resolve().parents[2]
         self._log = log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.front", backend],
+            [sys.executable, "-m", "tests.faults.front", backend, host],
             stdout=subprocess.PIPE,
             stderr=self._log,
             cwd=root,
@@ -194,7 +195,7 @@ class FaultFront:
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(f"the fault front exited: {log.read_text(errors='replace')[-2000:]}")
-        self.endpoint = f"http://127.0.0.1:{int(line)}"
+        self.endpoint = f"http://{host}:{int(line)}"
 
     def _call(self, method: str, name: str, data: Any = None) -> Any:
         body = None if data is None else json.dumps(data).encode()
@@ -226,8 +227,8 @@ class FaultFront:
         self.stop()
 
 
-if __name__ == "__main__":  # `python -m tests.faults.front BACKEND_URL`: serve, print the port
-    running = serve(sys.argv[1])
+if __name__ == "__main__":  # `python -m tests.faults.front BACKEND_URL [HOST]`: serve, print the port
+    running = serve(*sys.argv[1:3])
     print(running.server_address[1], flush=True)
     while True:
         time.sleep(3600)
