@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -20,6 +22,7 @@ from recluster.core.optimizing import optimizing_config
 from recluster.delta.storage import normalize_uri, require_writable
 from recluster.engine.estimate import record_estimate
 from recluster.engine.handler import ReclusterHandler
+from recluster.engine.job_discovery import JobDiscovery
 from recluster.settings import Settings, SettingsError, TableSettings
 from triggers.delta_log import SOURCE_NAME, DeltaLogSource, table_version, with_storage_retries
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
@@ -70,7 +73,9 @@ def reclusters(properties: Mapping[str, str], settings: Settings) -> bool:
         return False
 
 
-def commit_source(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> Any:
+def commit_source(
+    spark: Any, settings: Settings, tables: Sequence[TableSettings], tables_file: str | None = None
+) -> Any:
     """The streaming DataFrame of the job's trigger: the watched tables' Delta logs, or the commit events on Kafka
     read by recluster's Python source or by Spark's own (`kafka.reader`); nothing is read before the query starts."""
     stream, kafka = settings.stream, settings.kafka
@@ -88,9 +93,11 @@ def commit_source(spark: Any, settings: Settings, tables: Sequence[TableSettings
             .load()
         )
     spark.dataSource.register(DeltaLogSource)
+    reader = spark.readStream.format(SOURCE_NAME)
+    if tables_file is not None:
+        reader = reader.option("tablesFile", tables_file)
     return (
-        spark.readStream.format(SOURCE_NAME)
-        .option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
+        reader.option("tables", json.dumps([normalize_uri(t.uri) for t in tables]))
         .option("startingVersion", json.dumps(starting_versions(tables, settings)))
         .option("maxCommitsPerBatch", str(stream.max_commits_per_batch))
         .option("storageOptions", json.dumps(dict(settings.storage_options)))
@@ -101,13 +108,20 @@ def commit_source(spark: Any, settings: Settings, tables: Sequence[TableSettings
 
 def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -> tuple[Any, ReclusterHandler]:
     """Start the streaming query; returns it with its handler (for status and graceful stops)."""
-    if not tables and settings.stream.source != "kafka":
+    if not tables and settings.stream.source != "kafka" and not settings.discovery.enabled:
         raise TableError("no tables to watch: pass --table URI or list tables in the config file")
     stream = settings.stream
-    events = commit_source(spark, settings, tables)  # Spark's Kafka source missing: one line, before anything starts
+    tables_file = found_tables_file() if settings.discovery.enabled else None
+    events = commit_source(spark, settings, tables, tables_file)  # Spark's Kafka source missing: fails here
     check_checkpoint_location(stream.checkpoint_location)
     handler = ReclusterHandler(settings, tables, spark)
     threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
+    if settings.discovery.enabled:
+        discovery = JobDiscovery(
+            settings, spark, handler.tables.listed, handler.take_up_found, handler.let_go, tables_file
+        )
+        handler.discovery = discovery
+        threading.Thread(target=discover, args=(handler, discovery), name="recluster-discovery", daemon=True).start()
     threading.Thread(target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True).start()
     query = (
         events.writeStream.foreachBatch(handler)
@@ -117,6 +131,23 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
         .start()
     )
     return query, handler
+
+
+def found_tables_file() -> str:
+    """Where the job tells its Delta-log source which tables discovery found (a local file: the source runs in a
+    Python process of this driver)."""
+    return os.path.join(tempfile.mkdtemp(prefix="recluster-discovery-"), "tables.json")
+
+
+def discover(handler: ReclusterHandler, discovery: JobDiscovery) -> None:
+    """Discovery passes every `discovery.interval_seconds` until the job stops (docs/discovery.md)."""
+    interval = handler.settings.discovery.interval_seconds
+    while not handler.stopping.is_set():
+        try:
+            discovery.run_pass()
+        except Exception:  # a defect of ours: logged, the next pass tries again
+            log.exception("recluster discovery pass failed")
+        handler.stopping.wait(interval)
 
 
 def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float = 60.0) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from recluster.core.discovery import EffectiveProperty
 from recluster.core.metrics import clustering_info
 from recluster.core.scheduling import ProcessRecord
 from recluster.delta.history import HistoryStore
@@ -45,6 +46,8 @@ class TableView:
     error: str | None = None
     unclustered: int = 0
     """Files the depth figures leave out: no usable stats for a key column, or not on the key's curve yet."""
+    settings: tuple[EffectiveProperty, ...] = ()
+    """Its effective `recluster.*` properties and where each came from (docs/discovery.md#inherited-settings)."""
 
     @property
     def name(self) -> str:
@@ -66,6 +69,7 @@ class TableView:
             "column_scan": self.column_scan,
             "error": self.error,
             "processes": [process_dict(p) for p in self.processes],
+            "settings": [{"key": p.key, "value": p.value, "origin": p.origin} for p in self.settings],
         }
 
 
@@ -85,7 +89,11 @@ def process_dict(record: ProcessRecord) -> dict[str, Any]:
 
 
 def table_view(
-    snapshot: TableSnapshot, settings: Settings, history: HistoryStore | None, error: str | None = None
+    snapshot: TableSnapshot,
+    settings: Settings,
+    history: HistoryStore | None,
+    error: str | None = None,
+    origins: tuple[EffectiveProperty, ...] = (),
 ) -> TableView:
     info = clustering_info(snapshot.blocks, snapshot.key)
     levels = tuple(
@@ -108,6 +116,7 @@ def table_view(
         processes=processes,
         error=error,
         unclustered=info.table.unclustered_block_count,
+        settings=origins,
     )
 
 
@@ -283,6 +292,7 @@ def render_table(view: TableView) -> str:
             if view.column_scan
             else []
         ),
+        *([[_e(p.key), f"{_e(p.value)} <span class=muted>({_e(p.origin)})</span>"] for p in view.settings]),
         *(estimate_facts(status["estimate"]) if status.get("estimate") else []),
         *([["error", f'<span class="error">{_e(view.error)}</span>']] if view.error else []),
     ]
@@ -331,7 +341,9 @@ def job_views(handler: Any, only: str | None = None) -> list[TableView]:
     views = []
     for uri, snapshot in job.snapshots.items():
         if only is None or uri == only:
-            views.append(table_view(snapshot, handler.settings, handler.history, status_error(job.statuses.get(uri))))
+            status = job.statuses.get(uri)
+            origins = status.settings if status is not None else ()
+            views.append(table_view(snapshot, handler.settings, handler.history, status_error(status), origins))
     for uri, status in job.statuses.items():  # tables the job could not load: their error
         error = status_error(status)
         if uri not in job.snapshots and error and (only is None or uri == only):

@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from recluster.core.selection.plan import Policy
+from recluster.settings_discovery import DiscoverySettings
 from recluster.settings_input import GIB, MIB, Section, override_value, read_config_file
 from recluster.settings_input import SettingsError as SettingsError
 from recluster.settings_input import describe_validation_error as describe_validation_error
@@ -211,6 +212,8 @@ class Settings(BaseSettings):
     self_optimizing: SelfOptimizingSettings = SelfOptimizingSettings()
     tables: list[TableSettings] = Field(default_factory=list)
     """The tables to watch (and the default list of `status`), each with its own key and storage options."""
+    discovery: DiscoverySettings = DiscoverySettings()
+    """Tables the job finds in catalogs and under storage roots, besides `tables` (docs/discovery.md)."""
 
     @classmethod
     def settings_customise_sources(

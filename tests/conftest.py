@@ -169,6 +169,20 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metastore]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def catalog_referee(metastore: Metastore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
+    """Delta Spark whose session catalog is the Hive Metastore: it registers the tables discovery finds."""
+    _service("Delta Spark referee")
+    missing = referee_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: {missing}")
+        pytest.skip(missing)
+    server = Referee(tmp_path_factory.mktemp("catalog-referee"), conf=metastore.spark_conf())
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
     """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py)."""

@@ -14,6 +14,7 @@ LAYERS = {
     "recluster.core": 0,
     "recluster.settings": 0,
     "recluster.settings_input": 0,
+    "recluster.settings_discovery": 0,
     "recluster.settings_job": 0,
     "recluster.settings_optimizing": 0,
     "recluster.delta": 1,

@@ -4,23 +4,12 @@ and a Spark session on the metastore lists them with their locations."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tests.hive_metastore import Metastore
 from tests.referee import Referee
-
-
-@pytest.fixture(scope="module")
-def catalog_referee(metastore: Metastore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
-    """Delta Spark whose session catalog is the Hive Metastore."""
-    server = Referee(tmp_path_factory.mktemp("catalog-referee"), conf=metastore.spark_conf())
-    yield server
-    server.stop()
 
 
 def test_delta_tables_registered_in_the_metastore_are_listed_with_their_locations(

@@ -17,7 +17,10 @@ query. See docs/streaming.md#storage-errors.
 Register with `spark.dataSource.register(DeltaLogSource)`; read with
 `spark.readStream.format("recluster-delta-log").option("tables", json.dumps([uri, ...])).load()`; storage
 options with `.option("storageOptions", json.dumps({...}))` for every table and
-`.option("tableStorageOptions", json.dumps({uri: {...}}))` merged over them per table.
+`.option("tableStorageOptions", json.dumps({uri: {...}}))` merged over them per table. With discovery
+(docs/discovery.md), `.option("tablesFile", path)` names a local JSON file the job rewrites as it finds and lets go
+of tables, `{"tables": {uri: version_to_start_after}, "storageOptions": {uri: {...}}}`: it is read again before each
+trigger, its tables polled besides the listed ones.
 """
 
 from __future__ import annotations
@@ -129,8 +132,10 @@ def commit_rows(part: CommitRange) -> Iterator[tuple[Any, ...]]:
 
 class DeltaLogStreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.tables = [normalize_uri(t) for t in json.loads(options.get("tables", "[]"))]
-        if not self.tables:
+        self.listed = [normalize_uri(t) for t in json.loads(options.get("tables", "[]"))]
+        self.tables = list(self.listed)
+        self.tables_file = options.get("tablesFile")
+        if not self.tables and self.tables_file is None:
             raise ValueError(f"{SOURCE_NAME}: option 'tables' must be a JSON list of table URIs")
         starting = json.loads(options.get("startingVersion", '"latest"'))
         self.starting: dict[str, str | int] = (
@@ -142,6 +147,8 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         common: dict[str, str] = json.loads(options.get("storageOptions", "{}"))
         per_table: dict[str, dict[str, str]] = json.loads(options.get("tableStorageOptions", "{}"))
         self.storage_options = {table: {**common, **per_table.get(table, {})} for table in self.tables}
+        self.common_options = common
+        self.found_starts: dict[str, int] = {}
         self.backoff = FailureBook(RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS)
         """Tables whose log the store failed to answer for, each probed again once its backoff has passed."""
 
@@ -168,11 +175,26 @@ class DeltaLogStreamReader(DataSourceStreamReader):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_commits)
 
+    def _read_tables_file(self) -> None:
+        """The listed tables and the ones the job's discovery found now (a missing file: none found yet)."""
+        if self.tables_file is None:
+            return
+        try:
+            with open(self.tables_file, encoding="utf-8") as handle:
+                found = json.load(handle)
+        except FileNotFoundError:
+            return
+        for table, version in found["tables"].items():
+            self.found_starts.setdefault(table, int(version))
+            self.storage_options[table] = {**self.common_options, **found["storageOptions"].get(table, {})}
+        self.tables = [*self.listed, *(t for t in found["tables"] if t not in self.listed)]
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         budget = 1 << 62 if isinstance(limit, ReadAllAvailable) else int(getattr(limit, "maxRows", self.max_commits))
-        versions = dict(start["tables"])
-        for table in self.tables:  # tables added to the job after the checkpoint start from their start
-            versions.setdefault(table, -1)
+        self._read_tables_file()
+        versions = {table: version for table, version in start["tables"].items() if table in self.tables}
+        for table in self.tables:  # tables added after the checkpoint start from their start, found ones after
+            versions.setdefault(table, self.found_starts.get(table, -1))  # the version the job loaded them at
         for table in self.tables:
             if budget <= 0:
                 break

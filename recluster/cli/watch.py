@@ -130,8 +130,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from recluster.spark.session import spark_session
 
     settings = stream_settings(args)
-    if not settings.tables and settings.stream.source != "kafka":
-        raise UsageError("no tables to watch: pass --table URI[:col1,col2] or list tables in --config")
+    if not settings.tables and settings.stream.source != "kafka" and not settings.discovery.enabled:
+        raise UsageError(
+            "no tables to watch: pass --table URI[:col1,col2], list tables in --config or configure discovery"
+        )
     if settings.stream.source == "kafka" or settings.kafka.metrics_topic:
         check_kafka(settings.kafka)  # a wrong password or an untrusted certificate: one line, nothing started
     check_checkpoint_location(settings.stream.checkpoint_location)  # before Spark starts: one clear line
@@ -143,8 +145,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if server is not None:
             server.attach(query, handler)
         where = f"; http on port {server.port}" if server is not None else ""
+        found = " and the tables discovery finds" if settings.discovery.enabled else ""
         print(
-            f"watching {len(settings.tables)} table(s); checkpoint {settings.stream.checkpoint_location}{where}",
+            f"watching {len(settings.tables)} table(s){found}; checkpoint {settings.stream.checkpoint_location}{where}",
             file=sys.stderr,
         )
         reason = run_until_signal(query, handler, args.seconds, tick=handler.tick)

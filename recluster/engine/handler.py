@@ -19,7 +19,9 @@ from recluster.core.errors import ErrorKind, TableError
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import OptimizingConfig, optimizing_config
 from recluster.delta.log import CommitEntry
+from recluster.engine.discovery import FoundTable
 from recluster.engine.failures import FailureBook, failed_record, failed_status
+from recluster.engine.job_discovery import JobDiscovery
 from recluster.engine.job_maintenance import JobMaintenance
 from recluster.engine.job_schedule import DueWork, schedule_pass
 from recluster.engine.job_state import TableStatus, TrackedTable
@@ -58,6 +60,8 @@ class ReclusterHandler:
         self.loaded = threading.Event()
         """Set once every configured table was loaded (or its error published) by `load_tables`."""
         self.failures = FailureBook(settings.stream.table_retry_seconds, settings.stream.table_retry_max_seconds)
+        self.discovery: JobDiscovery | None = None
+        """The job's discovery when it has catalogs or roots to look in (docs/discovery.md)."""
 
     @property
     def tracked(self) -> dict[str, TrackedTable]:
@@ -83,6 +87,23 @@ class ReclusterHandler:
                 self._take_up(uri)
         finally:
             self.loaded.set()
+
+    def take_up_found(self, table: FoundTable) -> int:
+        """Watch a table discovery found (docs/discovery.md); returns the version it was loaded at (-1: it failed to
+        load, its error is shown and it is retried like any table)."""
+        with self.lock:
+            self.tables.add_found(table.settings, table.layers)
+        self._take_up(table.uri)
+        tracked = self.tracked.get(table.uri)
+        return tracked.version if tracked is not None else -1
+
+    def let_go(self, uri: str) -> None:
+        """Stop watching a table discovery no longer finds (dropped, moved, filtered out): no error, no status."""
+        with self.lock:
+            self.tables.remove_found(uri)
+            self.failures.recovered(uri)  # forgotten: a table let go is not retried
+            self.board.publish(removed=[uri])
+        log.info("recluster table=%s reason=let_go", uri)
 
     def _take_up(self, uri: str) -> None:
         """Load a table that is not tracked (at the start, or again after it failed) and publish its state."""

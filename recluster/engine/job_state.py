@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from recluster.core.discovery import EffectiveProperty
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringState
 from recluster.core.outcomes import OutcomeTotals
@@ -49,6 +50,8 @@ class TableStatus:
     """The kind of `error` (recluster.core.errors.ErrorKind: table, data, storage, unknown)."""
     policy: str = Policy.LEVELS
     """The selection policy serving the table (settings, or its `recluster.policy` property)."""
+    settings: tuple[EffectiveProperty, ...] = ()
+    """Its effective `recluster.*` properties and where each came from (docs/discovery.md#inherited-settings)."""
 
     def __str__(self) -> str:
         levels = " ".join(f"L{s.level}={s.blocks}/{s.average_depth:.2f}/{s.threshold:.1f}" for s in self.levels)
@@ -80,6 +83,7 @@ class TableStatus:
             "pending": self.pending,
             "error": self.error,
             "error_kind": self.error_kind,
+            "settings": [{"key": p.key, "value": p.value, "origin": p.origin} for p in self.settings],
         }
 
 
@@ -107,6 +111,8 @@ class TrackedTable:
     log: SnapshotLog | None = field(default=None, repr=False)
     """The log at `version`, kept current from the commits the job applies: replayed at most once per version
     (docs/architecture.md#the-log-state)."""
+    settings: tuple[EffectiveProperty, ...] = ()
+    """Its effective `recluster.*` properties and where each came from (its own, or inherited: docs/discovery.md)."""
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(

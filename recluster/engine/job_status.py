@@ -53,9 +53,11 @@ class StatusBoard:
         statuses: Iterable[TableStatus] = (),
         snapshots: Iterable[TableSnapshot] = (),
         dropped: Iterable[str] = (),
+        removed: Iterable[str] = (),
     ) -> JobView:
         """A new view: these statuses and snapshots replace the tables' previous ones, `dropped` tables lose their
-        snapshot (they failed and are no longer tracked); every other table is carried over as it was."""
+        snapshot (they failed and are no longer tracked), `removed` ones both (the job let them go); every other
+        table is carried over as it was."""
         with self._changed:
             current = self._view
             new_statuses = dict(current.statuses)
@@ -63,6 +65,9 @@ class StatusBoard:
             new_snapshots = dict(current.snapshots)
             for uri in dropped:
                 new_snapshots.pop(uri, None)
+            for uri in removed:
+                new_snapshots.pop(uri, None)
+                new_statuses.pop(uri, None)
             new_snapshots.update((s.uri, s) for s in snapshots)
             self._view = JobView(
                 current.sequence + 1, MappingProxyType(new_statuses), MappingProxyType(new_snapshots), time.time()
@@ -147,4 +152,5 @@ def table_status(
         error=failure.message if failure else None,
         error_kind=str(failure.kind) if failure else None,
         policy=bounds.policy,
+        settings=tracked.settings,
     )

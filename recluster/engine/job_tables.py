@@ -9,10 +9,11 @@ another curve reloads the table (its totals since the job started are kept).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from recluster.core.discovery import EffectiveProperty, PropertyLayer, effective_properties
 from recluster.core.errors import TableError
 from recluster.core.metrics import ClusteringState
 from recluster.delta.file_blocks import blocks_from_log_adds
@@ -43,7 +44,21 @@ class JobTables:
     def __init__(self, settings: Settings, tables: Sequence[TableSettings]) -> None:
         self.settings = settings
         self.configured = {normalize_uri(t.uri): t for t in tables}
+        self.listed = frozenset(self.configured)
+        """The tables named in the settings; the others were found by discovery (docs/discovery.md)."""
+        self.layers: dict[str, tuple[PropertyLayer, ...]] = {}
+        """What each found table inherits from its root, catalog and database."""
         self.tracked: dict[str, TrackedTable] = {}
+
+    def add_found(self, table: TableSettings, layers: tuple[PropertyLayer, ...]) -> None:
+        uri = normalize_uri(table.uri)
+        self.configured[uri] = table
+        self.layers[uri] = layers
+
+    def remove_found(self, uri: str) -> None:
+        self.configured.pop(uri, None)
+        self.layers.pop(uri, None)
+        self.tracked.pop(uri, None)
 
     def options(self, uri: str) -> dict[str, str]:
         """Storage options of a table: the job's, overridden by the table's own."""
@@ -52,23 +67,32 @@ class JobTables:
     def track(self, uri: str, version: int | None) -> TrackedTable:
         """State at `version` (None: latest; -1: before the first commit) from the snapshot; the key comes from
         config or the table."""
-        table, key, options = open_checked_table(uri, settings=self.settings)
+        settings = self.settings
+        if uri not in self.listed and uri in self.configured:  # found: its inherited key and storage options
+            settings = settings.model_copy(update={"tables": [*settings.tables, self.configured[uri]]})
+        table, key, options = open_checked_table(uri, settings=settings)
         require_safe_commits(uri, options, self.settings.commit.allow_unsafe_single_writer)
         if version is not None and version >= 0:
             table.load_as_version(version)
         snapshot = load_snapshot(table, key, uri=uri, storage_options=options)
         before_first = version is not None and version < 0
+        effective = self.effective_properties(uri, snapshot.properties)
         return TrackedTable(
             uri,
             snapshot.key,  # with a curve key's range bounds as of the snapshot
             snapshot.partition_columns,
-            dict(snapshot.properties),
+            {key: setting.value for key, setting in effective.items()},
             ClusteringState(() if before_first else snapshot.blocks),
             -1 if before_first else snapshot.version,
             snapshot.data_schema,
             dict(options),
             log=None if before_first else snapshot.log,
+            settings=tuple(setting for key, setting in effective.items() if key.startswith("recluster.")),
         )
+
+    def effective_properties(self, uri: str, own: Mapping[str, str]) -> dict[str, EffectiveProperty]:
+        """A table's properties over what it inherits (docs/discovery.md#inherited-settings)."""
+        return effective_properties(self.layers.get(uri, ()), own)
 
     def initial_state(self, uri: str, first_version: int) -> TrackedTable:
         """State just before the first commit this job sees; the latest if that version was cleaned up."""

@@ -1,0 +1,183 @@
+"""Finding tables (docs/discovery.md): the Delta tables of a catalog through Spark's own catalog (`SHOW TABLE
+EXTENDED`, so any catalog the job's Spark is configured with), and every `_delta_log/` below a storage root, listed
+one folder level at a time within a budget of LIST requests per pass. The decisions (which tables, what they
+inherit) are recluster/core/discovery.py's."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from recluster.core.discovery import Level, PropertyLayer, effective_properties, matches, name_pattern
+from recluster.core.errors import TableError, first_line
+from recluster.delta.storage import LOG_DIR, normalize_uri, table_filesystem
+from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings, TableSettings
+from recluster.settings_discovery import CatalogSource, StorageRoot
+
+log = logging.getLogger("recluster.discovery")
+
+DELTA_PROVIDER = "delta"
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
+
+
+@dataclass(frozen=True, slots=True)
+class FoundTable:
+    """A Delta table a source found: where it is, the source, and what it inherits from the levels above it."""
+
+    uri: str
+    source: str
+    layers: tuple[PropertyLayer, ...]
+    settings: TableSettings = field(repr=False)
+    """Its storage options, and the key and curve it inherits when it sets none itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceScan:
+    """One pass over one source: the tables it found, and whether the pass saw all of them (an unfinished listing
+    or a failed source drops nothing)."""
+
+    source: str
+    tables: tuple[FoundTable, ...]
+    complete: bool
+    error: str | None = None
+
+
+def own_properties(uri: str, options: Mapping[str, str]) -> dict[str, str]:
+    """A table's own properties, from its Delta log."""
+    from deltalake import DeltaTable
+
+    return dict(DeltaTable(uri, storage_options=dict(options)).metadata().configuration)
+
+
+def found_table(
+    uri: str, source: str, layers: tuple[PropertyLayer, ...], where: Mapping[str, str], options: Mapping[str, str]
+) -> FoundTable | None:
+    """The table as the job takes it up, or None when its effective properties fail the source's filter. A key or
+    curve it inherits is handed on as its settings, which its own property would override anyway."""
+    own = own_properties(uri, options)
+    effective = effective_properties(layers, own)
+    if not matches({key: p.value for key, p in effective.items()}, where):
+        return None
+    inherited = {key: p.value for key, p in effective.items() if key not in own}
+    cluster_by = inherited.get(CLUSTER_BY_PROPERTY)
+    curve = inherited.get(CURVE_PROPERTY)
+    settings = TableSettings.model_validate(
+        {"uri": uri, "cluster_by": cluster_by, "curve": curve, "storage_options": dict(options)}
+    )
+    return FoundTable(uri, source, layers, settings)
+
+
+class RootScanner:
+    """Every Delta table below one storage root. A pass makes at most `max_listings` LIST requests; the folders it
+    did not reach wait for the next pass, so a full sweep of a big root spans several passes."""
+
+    def __init__(self, root: StorageRoot, settings: Settings) -> None:
+        self.root = root
+        self.uri = normalize_uri(root.uri)
+        self.options = {**settings.storage_options, **root.storage_options}
+        self.layers = (PropertyLayer.of(Level.ROOT, self.uri, root.properties),)
+        self.pending: deque[tuple[str, int]] = deque()
+        self.sweep: dict[str, FoundTable] = {}
+        self.last_sweep: tuple[FoundTable, ...] = ()
+
+    def scan(self) -> SourceScan:
+        """One pass: continue the current sweep within the listing budget (tables found are taken up at once); the
+        scan is complete when a sweep ended in this pass."""
+        filesystem = table_filesystem(self.uri, self.options)
+        if not self.pending:
+            self.pending.append(("", 0))
+            self.sweep = {}
+        listings = 0
+        while self.pending and listings < self.root.max_listings:
+            folder, depth = self.pending.popleft()
+            listings += 1
+            try:
+                children = filesystem.get_file_info(pafs.FileSelector(self._location(folder)))
+            except FileNotFoundError:
+                self.pending.clear()
+                raise TableError(f"storage root {self.uri}{'/' + folder if folder else ''} does not exist") from None
+            folders = [c for c in children if c.type == pafs.FileType.Directory]
+            if any(c.base_name == LOG_DIR for c in folders) and folder:
+                uri = f"{self.uri}/{folder}"
+                table = found_table(uri, self.uri, self.layers, self.root.where, self.options)
+                if table is not None:
+                    self.sweep[uri] = table
+                continue
+            if depth < self.root.max_depth:
+                for child in folders:
+                    if not child.base_name.startswith(("_", ".")):
+                        self.pending.append((f"{folder}/{child.base_name}".lstrip("/"), depth + 1))
+        if not self.pending:
+            self.last_sweep = tuple(self.sweep.values())
+            return SourceScan(self.uri, self.last_sweep, complete=True)
+        return SourceScan(self.uri, (*self.last_sweep, *self.sweep.values()), complete=False)
+
+    def _location(self, folder: str) -> str:
+        base = self.uri if "://" not in self.uri else ""
+        return "/".join(part for part in (base, folder) if part) or "/"
+
+
+def catalog_scan(spark: Any, source: CatalogSource, settings: Settings) -> SourceScan:
+    """The Delta tables of the source's databases whose names match, as the job's Spark catalog lists them."""
+    options = {**settings.storage_options, **source.storage_options}
+    catalog_layer = PropertyLayer.of(Level.CATALOG, source.name, source.properties)
+    databases, tables = name_pattern(source.databases), name_pattern(source.tables)
+    found = []
+    for database in _namespaces(spark, source.name):
+        if not databases.fullmatch(database):
+            continue
+        own = _database_properties(spark, source.name, database)
+        configured = source.database_properties.get(database, {})
+        database_layer = PropertyLayer.of(Level.DATABASE, f"{source.name}.{database}", {**own, **configured})
+        for name, provider, location in _tables(spark, source.name, database):
+            if provider != DELTA_PROVIDER or not tables.fullmatch(name) or location is None:
+                continue
+            uri = normalize_uri(location.replace("s3a://", "s3://", 1))
+            table = found_table(uri, source.name, (catalog_layer, database_layer), source.where, options)
+            if table is not None:
+                found.append(table)
+    return SourceScan(source.name, tuple(found), complete=True)
+
+
+def _quoted(name: str) -> str:
+    return name if _IDENTIFIER.fullmatch(name) else "`" + name.replace("`", "``") + "`"
+
+
+def _namespaces(spark: Any, catalog: str) -> list[str]:
+    return [row[0] for row in spark.sql(f"SHOW NAMESPACES IN {_quoted(catalog)}").collect()]
+
+
+def _database_properties(spark: Any, catalog: str, database: str) -> dict[str, str]:
+    """The database's own `recluster.*` properties (DBPROPERTIES), printed by Spark as `((key,value), ...)`."""
+    rows = spark.sql(f"DESCRIBE NAMESPACE EXTENDED {_quoted(catalog)}.{_quoted(database)}").collect()
+    text = next((str(row[1]) for row in rows if row[0] == "Properties"), "")
+    pairs = re.findall(r"\(([^(),]+),([^()]*)\)", text)
+    return {key.strip(): value.strip() for key, value in pairs if key.strip().startswith("recluster.")}
+
+
+def _tables(spark: Any, catalog: str, database: str) -> list[tuple[str, str | None, str | None]]:
+    """(name, provider, location) of every table of a database, from one `SHOW TABLE EXTENDED`: it reads the
+    catalog's entry only, so it needs no Delta jars in the job's Spark."""
+    rows = spark.sql(f"SHOW TABLE EXTENDED IN {_quoted(catalog)}.{_quoted(database)} LIKE '*'").collect()
+    listed = []
+    for row in rows:
+        entry = row.asDict()
+        if entry.get("isTemporary"):
+            continue
+        info = dict(line.split(": ", 1) for line in str(entry.get("information", "")).splitlines() if ": " in line)
+        provider = info.get("Provider")
+        listed.append((str(entry["tableName"]), provider.lower() if provider else None, info.get("Location")))
+    return listed
+
+
+def failed_scan(source: str, error: BaseException) -> SourceScan:
+    """A source that could not be read: one line in the log, its tables kept as they were."""
+    message = first_line(error)
+    log.error("recluster discovery source=%s reason=source_failed error=%s", source, message)
+    return SourceScan(source, (), complete=False, error=message)

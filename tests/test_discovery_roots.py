@@ -1,0 +1,71 @@
+"""Storage roots (engine/discovery.py RootScanner): every Delta table below a prefix, on local disk and on the S3
+emulator, found within a per-pass listing budget and a depth; a root that does not exist is one clear line."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from recluster.core.errors import TableError
+from recluster.delta.log_writer import set_table_properties
+from recluster.engine.discovery import RootScanner
+from recluster.settings import Settings
+from recluster.settings_discovery import StorageRoot
+from tests.s3_server import S3Server
+
+LAYOUT = ("a", "x/b", "x/y/c", "x/y/z/too_deep")
+
+
+def make_tables(root: str, options: dict[str, str] | None = None) -> None:
+    for name in LAYOUT:
+        write_deltalake(f"{root}/{name}", pa.table({"v": pa.array([1], pa.int64())}), storage_options=options)
+    set_table_properties(f"{root}/a", {"recluster.policy": "levels"}, options)
+
+
+def full_sweep(scanner: RootScanner, passes: int) -> list[tuple[bool, list[str]]]:
+    return [
+        (scan.complete, sorted(t.uri.removeprefix(scanner.uri + "/") for t in scan.tables))
+        for scan in (scanner.scan() for _ in range(passes))
+    ]
+
+
+def test_a_root_is_swept_within_its_listing_budget_and_depth(tmp_path: Path) -> None:
+    make_tables(str(tmp_path))
+    (tmp_path / "empty" / "deeper").mkdir(parents=True)
+    scanner = RootScanner(StorageRoot(uri=str(tmp_path), max_depth=3, max_listings=2), Settings())
+    passes = full_sweep(scanner, 5)
+    # 9 listings, 2 a pass: root | a, x, empty | x/b, x/y, empty/deeper | x/y/c, x/y/z (x/y/z/too_deep: depth 4)
+    assert [complete for complete, _ in passes] == [False, False, False, False, True]
+    assert passes[-1][1] == ["a", "x/b", "x/y/c"]
+    assert all(set(before) <= set(after) for (_, before), (_, after) in itertools.pairwise(passes))
+    assert full_sweep(scanner, 1) == [(False, ["a", "x/b", "x/y/c"])]  # a new sweep shows the last one meanwhile
+
+
+def test_a_table_below_a_root_inherits_the_roots_properties_and_a_filter_selects_on_them(tmp_path: Path) -> None:
+    make_tables(str(tmp_path))
+    root = StorageRoot(
+        uri=str(tmp_path),
+        max_depth=2,
+        where={"recluster.policy": "levels"},
+        properties={"recluster.clusterBy": "v"},
+    )
+    (table,) = RootScanner(root, Settings()).scan().tables  # x/b inherits no policy: filtered out
+    assert table.uri == f"{tmp_path}/a"
+    assert table.settings.cluster_by == ["v"]
+    assert [layer.origin for layer in table.layers] == [f"root {tmp_path}"]
+
+
+def test_a_root_on_the_s3_emulator(s3: S3Server) -> None:
+    root = s3.table_uri("warehouse")
+    make_tables(root, s3.options())
+    scanner = RootScanner(StorageRoot(uri=root + "/", max_depth=3, storage_options=s3.options()), Settings())
+    assert full_sweep(scanner, 1) == [(True, ["a", "x/b", "x/y/c"])]
+
+
+def test_a_root_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(TableError, match=f"^storage root {tmp_path}/nope does not exist$"):
+        RootScanner(StorageRoot(uri=str(tmp_path / "nope")), Settings()).scan()
