@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from recluster.cli.advise import cmd_advise
 from recluster.cli.common import OneLineErrorParser
 from recluster.cli.demo import cmd_demo
 from recluster.cli.estimate import cmd_estimate
@@ -206,6 +207,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_common_options(estimate)
     estimate.set_defaults(handler=cmd_estimate)
+
+    advise = commands.add_parser(
+        "advise",
+        help="cluster keys advised from the queries in Spark's event logs, with the files they would save",
+        description=(
+            "Reads Spark event logs (spark.eventLog.dir: files or rolling directories, plain, zstd, lz4 or snappy; "
+            "local or an object-store prefix), finds the scans of Delta tables and their filters, and ranks "
+            "candidate keys per table by the files the logged queries would read once clustered on each "
+            "(docs/advise.md)."
+        ),
+    )
+    advise.add_argument("event_logs", nargs="+", metavar="EVENT_LOGS", help="event log files, directories or prefixes")
+    advise.add_argument("--table", action="append", metavar="TABLE_URI", help="only this table (repeatable)")
+    advise.add_argument(
+        "--target-rows", type=int, metavar="N", help="rows a clustered file holds (default: clustering.target_rows)"
+    )
+    advise.add_argument(
+        "--sample-rows", type=int, default=200_000, metavar="N", help="rows sampled per table (default 200000)"
+    )
+    advise.add_argument("--min-queries", type=int, default=1, metavar="N", help="skip tables with fewer queries")
+    advise.add_argument("--no-cost", action="store_true", help="skip pricing the best keys with the estimate's model")
+    advise.add_argument(
+        "--apply",
+        action="store_true",
+        help="set the best key as the table's cluster key where it clears --apply-factor",
+    )
+    advise.add_argument(
+        "--apply-factor",
+        type=float,
+        default=1.5,
+        metavar="X",
+        help="--apply only where queries would read X times fewer files than now (default 1.5)",
+    )
+    add_common_options(advise)
+    advise.set_defaults(handler=cmd_advise)
 
     status = commands.add_parser(
         "status",

@@ -14,8 +14,6 @@ from recluster.core.errors import TableError
 from recluster.core.keys import parse_columns
 from recluster.engine.api import table_info
 from recluster.settings import (
-    CLUSTER_BY_PROPERTY,
-    CURVE_PROPERTY,
     Settings,
 )
 
@@ -105,34 +103,22 @@ def recluster_and_report(
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from recluster.core.curves import default_curve
-    from recluster.core.keys import format_columns
     from recluster.core.sql import ClusterByStatement, parse_statement
-    from recluster.delta.log_writer import set_table_properties
-    from recluster.delta.snapshot import liquid_clustering, liquid_domain, open_table, resolve_cluster_key
-    from recluster.delta.storage import require_safe_commits
-    from recluster.engine.api import storage_options_for
+    from recluster.delta.snapshot import open_table
+    from recluster.engine.api import set_cluster_key, storage_options_for
 
     statement = parse_statement(args.statement)
     settings = settings_of(args)
     options = storage_options_for(settings, statement.table)
     try:
-        table = open_table(statement.table, options)
+        open_table(statement.table, options)
     except TableError:
         if statement.if_exists:
             print(f"table {statement.table} does not exist; nothing to do (IF EXISTS)", file=sys.stderr)
             return 0
         raise
     if isinstance(statement, ClusterByStatement):
-        curve = statement.curve or default_curve(len(statement.columns))
-        key = resolve_cluster_key(table, statement.columns, statement.table, curve=curve)
-        require_safe_commits(statement.table, options, settings.commit.allow_unsafe_single_writer)
-        if liquid_clustering(table):  # Delta's ALTER TABLE ... CLUSTER BY: the domain names the columns
-            properties = {CURVE_PROPERTY: str(key.curve)}
-            set_table_properties(statement.table, properties, options, domains=[liquid_domain(key)])
-        else:
-            properties = {CLUSTER_BY_PROPERTY: format_columns(key.names), CURVE_PROPERTY: str(key.curve)}
-            set_table_properties(statement.table, properties, options)
+        key = set_cluster_key(statement.table, statement.columns, statement.curve, settings=settings, options=options)
         summary = {
             "table": statement.table,
             "cluster_by": list(key.names),

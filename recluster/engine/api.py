@@ -9,21 +9,32 @@ from typing import Any
 from deltalake import DeltaTable
 
 from recluster.core.blocks import Partition
-from recluster.core.keys import ClusterKey
+from recluster.core.curves import Curve, default_curve
+from recluster.core.keys import ClusterKey, format_columns
 from recluster.core.metrics import ClusteringInfo, clustering_info
 from recluster.core.selection import time_like_decisions
 from recluster.core.selection.plan import Policy, SelectionBounds, WatermarkDecision
+from recluster.delta.log_writer import set_table_properties
 from recluster.delta.snapshot import (
     TableSnapshot,
     check_supported,
+    liquid_clustering,
     liquid_clustering_columns,
+    liquid_domain,
     load_snapshot,
     open_table,
     resolve_cluster_key,
 )
-from recluster.delta.storage import normalize_uri
+from recluster.delta.storage import normalize_uri, require_safe_commits
 from recluster.engine.publish import time_like_records
-from recluster.settings import Settings, TableSettings, resolve_selection, table_storage_options
+from recluster.settings import (
+    CLUSTER_BY_PROPERTY,
+    CURVE_PROPERTY,
+    Settings,
+    TableSettings,
+    resolve_selection,
+    table_storage_options,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +132,20 @@ def table_info(
     bounds = selection_bounds(settings, snapshot, None)
     time_like = time_like_decisions(snapshot.blocks, bounds)
     return TableInfo(snapshot, clustering_info(snapshot.blocks, snapshot.key), time_like)
+
+
+def set_cluster_key(
+    uri: str, columns: Sequence[str], curve: Curve | None, *, settings: Settings, options: Mapping[str, str]
+) -> ClusterKey:
+    """`ALTER TABLE ... CLUSTER BY`: on a liquid table Delta's clustering domain names the columns (and a property
+    the curve); on any other the table properties `recluster.clusterBy` and `recluster.curve`
+    (docs/commands.md)."""
+    table = open_table(uri, options)
+    key = resolve_cluster_key(table, columns, uri, curve=curve or default_curve(len(columns)))
+    require_safe_commits(uri, options, settings.commit.allow_unsafe_single_writer)
+    if liquid_clustering(table):
+        set_table_properties(uri, {CURVE_PROPERTY: str(key.curve)}, options, domains=[liquid_domain(key)])
+    else:
+        properties = {CLUSTER_BY_PROPERTY: format_columns(key.names), CURVE_PROPERTY: str(key.curve)}
+        set_table_properties(uri, properties, options)
+    return key
