@@ -105,7 +105,8 @@ def default(name: str, info: FieldInfo) -> str:
 
 
 def nested(annotation: Any) -> tuple[type[BaseModel], str] | None:
-    """The model a field holds (itself, as the values of a map, or as list items) and how its keys are spelled."""
+    """The model a field holds (itself, as the values of a map, as list items, or optional) and how its keys are
+    spelled."""
     args = typing.get_args(annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, ""
@@ -113,6 +114,9 @@ def nested(annotation: Any) -> tuple[type[BaseModel], str] | None:
         return args[1], ".<name>"
     if typing.get_origin(annotation) is list and isinstance(args[0], type) and issubclass(args[0], BaseModel):
         return args[0], "[]"
+    models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(models) == 1:
+        return models[0], ""  # an optional section (`discovery.leases`)
     return None
 
 

@@ -116,12 +116,6 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
     check_checkpoint_location(stream.checkpoint_location)
     handler = ReclusterHandler(settings, tables, spark)
     threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
-    if settings.discovery.enabled:
-        discovery = JobDiscovery(
-            settings, spark, handler.tables.listed, handler.take_up_found, handler.let_go, tables_file
-        )
-        handler.discovery = discovery
-        threading.Thread(target=discover, args=(handler, discovery), name="recluster-discovery", daemon=True).start()
     threading.Thread(target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True).start()
     query = (
         events.writeStream.foreachBatch(handler)
@@ -130,6 +124,12 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
         .queryName("recluster")
         .start()
     )
+    if settings.discovery.enabled:
+        discovery = JobDiscovery(
+            settings, spark, handler.tables.listed, handler.take_up_found, handler.let_go, tables_file
+        )
+        handler.discovery = discovery
+        threading.Thread(target=discover, args=(handler, discovery), name="recluster-discovery", daemon=True).start()
     return query, handler
 
 
@@ -141,13 +141,12 @@ def found_tables_file() -> str:
 
 def discover(handler: ReclusterHandler, discovery: JobDiscovery) -> None:
     """Discovery passes every `discovery.interval_seconds` until the job stops (docs/discovery.md)."""
-    interval = handler.settings.discovery.interval_seconds
     while not handler.stopping.is_set():
         try:
             discovery.run_pass()
-        except Exception:  # a defect of ours: logged, the next pass tries again
+        except Exception:  # a storage outage or a defect of ours: logged, the next pass tries again
             log.exception("recluster discovery pass failed")
-        handler.stopping.wait(interval)
+        handler.stopping.wait(discovery.period())
 
 
 def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float = 60.0) -> None:

@@ -159,6 +159,7 @@ class JobProbe:
             "reason": reason,
             "last_progress": dt.datetime.fromtimestamp(last, dt.UTC).isoformat() if last is not None else None,
             "tables": [s.to_dict() for s in sorted(statuses, key=lambda s: s.table)],
+            "fleet": self.handler.discovery.fleet() if self.handler and self.handler.discovery else {},
         }
 
 

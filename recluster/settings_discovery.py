@@ -3,7 +3,7 @@ looks again, and the settings each level hands down to its tables. A section of 
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from recluster.core.discovery import INHERITED_PREFIX, name_pattern
 from recluster.settings_input import Section
@@ -85,6 +85,26 @@ class StorageRoot(Section):
         return _inherited(value)
 
 
+class LeaseSettings(Section):
+    """Several jobs sharing the tables they find (docs/discovery.md#several-jobs): leases under one root."""
+
+    root: str
+    """Where the leases live: a path or an object-store prefix every job can write (create-if-absent, as commits)."""
+    ttl_seconds: float = Field(30.0, gt=0)
+    """A job whose heartbeat is older than this is dead: its tables are taken over by the others."""
+    renew_seconds: float = Field(10.0, gt=0)
+    """How often a job rewrites its heartbeat and balances the tables; a job that could not for ttl_seconds minus
+    this starts no new work."""
+    storage_options: dict[str, str] = Field(default_factory=dict, repr=False)
+    """delta-rs storage options of the lease root, over the job's."""
+
+    @model_validator(mode="after")
+    def _renew_before_expiry(self) -> LeaseSettings:
+        if not self.renew_seconds * 2 <= self.ttl_seconds:
+            raise ValueError("renew_seconds must be at most half of ttl_seconds (a heartbeat renewed before expiry)")
+        return self
+
+
 class DiscoverySettings(Section):
     """Where the job finds tables besides `tables:` (docs/discovery.md)."""
 
@@ -95,6 +115,8 @@ class DiscoverySettings(Section):
     """Catalog sources, each a catalog's databases and tables selected by patterns and properties."""
     roots: list[StorageRoot] = Field(default_factory=list)
     """Storage roots, each every Delta table below a prefix."""
+    leases: LeaseSettings | None = None
+    """Share the tables found with the other jobs using the same lease root; None: this job watches them all."""
 
     @property
     def enabled(self) -> bool:

@@ -15,6 +15,7 @@ from recluster.delta.log_writer import set_table_properties
 from recluster.engine.discovery import RootScanner
 from recluster.settings import Settings
 from recluster.settings_discovery import StorageRoot
+from tests.helpers import main_json
 from tests.s3_server import S3Server
 
 LAYOUT = ("a", "x/b", "x/y/c", "x/y/z/too_deep")
@@ -69,3 +70,24 @@ def test_a_root_on_the_s3_emulator(s3: S3Server) -> None:
 def test_a_root_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(TableError, match=f"^storage root {tmp_path}/nope does not exist$"):
         RootScanner(StorageRoot(uri=str(tmp_path / "nope")), Settings()).scan()
+
+
+def test_status_lists_the_tables_under_a_root_with_where_each_setting_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = tmp_path / "lake"
+    make_tables(str(lake))  # a: recluster.policy=levels of its own
+    config = tmp_path / "recluster.yaml"
+    config.write_text(
+        f"discovery:\n  roots:\n    - uri: {lake}\n      max_depth: 2\n"
+        "      properties: {recluster.clusterBy: v, recluster.policy: absorb}\n"
+        f"self_optimizing:\n  history_location: {tmp_path / 'history'}\n"
+    )
+    reports = {r["table"]: r for r in main_json(capsys, "status", "--config", config)}
+    assert sorted(reports) == [f"{lake}/a", f"{lake}/x/b"]
+    root = f"root {lake}"
+    assert reports[f"{lake}/a"]["settings"] == [
+        {"key": "recluster.clusterBy", "value": "v", "origin": root},
+        {"key": "recluster.policy", "value": "levels", "origin": "table"},
+    ]
+    assert reports[f"{lake}/x/b"]["settings"][1] == {"key": "recluster.policy", "value": "absorb", "origin": root}

@@ -80,15 +80,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Per table: state, pending work, group, quota and occupation, last process times, health."""
+    from dataclasses import asdict, replace
+
+    from recluster.core.discovery import INHERITED_PREFIX, EffectiveProperty, effective_properties
     from recluster.engine.api import read_snapshot
+    from recluster.engine.discovery import sweep_roots
     from recluster.engine.optimizer import history_store, table_status
 
     settings = settings_of(args)
     uris = args.table or [t.uri for t in settings.tables]
-    if not uris and args.json:
+    found = [] if args.table else sweep_roots(settings)  # tables under discovery's roots, with what they inherit
+    if not uris and not found and args.json:
         print_json([])  # scripts get an empty list, not an error
         return 0
-    if not uris:
+    if not uris and not found:
         raise UsageError("no tables: pass TABLE_URI arguments or list tables in --config")
     history = history_store(settings)
     key = parse_columns(args.cluster_by) if args.cluster_by else None
@@ -98,8 +103,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for uri in uris
     ]
+    origins: dict[str, list[EffectiveProperty]] = {}
+    for discovered in found:
+        with_table = settings.model_copy(update={"tables": [*settings.tables, discovered.settings]})
+        snapshot = read_snapshot(discovered.uri, settings=with_table, cluster_by=key, keyless=True)
+        effective = effective_properties(discovered.layers, snapshot.properties)
+        merged = replace(snapshot, properties={k: p.value for k, p in effective.items()})
+        reports.append(table_status(merged, settings=with_table, history=history))
+        origins[discovered.uri] = [p for k, p in effective.items() if k.startswith(INHERITED_PREFIX)]
     if args.json:
-        print_json([r.to_dict() for r in reports])
+        print_json([{**r.to_dict(), "settings": [asdict(p) for p in origins.get(r.table, [])]} for r in reports])
         return 0
     table = Table(
         "table",
@@ -133,6 +146,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{report.average_depth:.2f}",
         )
     Console().print(table)
+    for uri, shown in origins.items():  # where each effective setting came from (docs/discovery.md)
+        print(f"{uri}: {', '.join(map(str, shown)) or 'no recluster settings'}")
     return 0
 
 

@@ -150,3 +150,10 @@ def put_new_object(table_uri: str, relative: str, data: bytes, storage_options: 
     except (AlreadyExistsError, PreconditionError):
         return False
     return True
+
+
+def put_object(table_uri: str, relative: str, data: bytes, storage_options: Mapping[str, str] | None) -> None:
+    """Write `relative` under the root, replacing it: for an object only one writer ever writes (a heartbeat)."""
+    import obstore
+
+    obstore.put(_store(table_uri, tuple(sorted((storage_options or {}).items()))), relative, data)

@@ -123,6 +123,18 @@ class RootScanner:
         return "/".join(part for part in (base, folder) if part) or "/"
 
 
+def sweep_roots(settings: Settings) -> list[FoundTable]:
+    """Every table under the configured storage roots, each root swept to its end (`recluster status`: no job, no
+    Spark, so catalog sources are left to the job)."""
+    found: dict[str, FoundTable] = {}
+    for root in settings.discovery.roots:
+        scanner = RootScanner(root, settings)
+        while not (scan := scanner.scan()).complete:
+            pass
+        found.update((table.uri, table) for table in scan.tables if table.uri not in found)
+    return sorted(found.values(), key=lambda table: table.uri)
+
+
 def catalog_scan(spark: Any, source: CatalogSource, settings: Settings) -> SourceScan:
     """The Delta tables of the source's databases whose names match, as the job's Spark catalog lists them."""
     options = {**settings.storage_options, **source.storage_options}

@@ -152,7 +152,8 @@ class ReclusterHandler:
                 commits = [CommitEntry.from_row(row) for row in rows]
             by_table: dict[str, list[CommitEntry]] = {}
             for commit in sorted(commits, key=lambda c: (c.table, c.version)):
-                by_table.setdefault(commit.table, []).append(commit)
+                if self.discovery is None or commit.table in self.tables.configured:  # not one let go meanwhile
+                    by_table.setdefault(commit.table, []).append(commit)
             with self.lock:
                 touched = {uri: foreign for uri, c in by_table.items() if (foreign := self._apply(uri, c)) is not None}
                 self._publish(self._run_scheduled(touched))
@@ -213,7 +214,7 @@ class ReclusterHandler:
         """One scheduling pass (job_schedule), its work run in the policy's order, every table with new commits
         reported. `touched` maps tables with new commits in this batch to whether a commit was not ours."""
         reports = []
-        if not self.stopping.is_set():
+        if not self.stopping.is_set() and (self.discovery is None or self.discovery.may_work()):
             scheduled = schedule_pass(
                 self.tracked,
                 touched,

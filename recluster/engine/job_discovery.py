@@ -8,11 +8,13 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from recluster.core.discovery import DiscoveryChanges, discovery_changes
 from recluster.engine.discovery import FoundTable, RootScanner, SourceScan, catalog_scan, failed_scan
+from recluster.engine.leases import JobLeases
 from recluster.settings import Settings, table_storage_options
 
 log = logging.getLogger("recluster.discovery")
@@ -53,6 +55,22 @@ class JobDiscovery:
         """Found tables the job watches, each with the source that found it."""
         self.errors: dict[str, str] = {}
         """Sources whose last pass failed, with their one-line error."""
+        leases = settings.discovery.leases
+        self.leases = JobLeases(leases, dict(settings.storage_options)) if leases is not None else None
+        self.found: dict[str, FoundTable] = {}
+        self.failed: set[str] = set()
+        self.scanned_at = -float("inf")
+
+    def may_work(self) -> bool:
+        """False while this job's leases may have lapsed (docs/discovery.md#several-jobs)."""
+        return self.leases is None or self.leases.may_work()
+
+    def fleet(self) -> dict[str, Any]:
+        """This job and the live jobs sharing its tables, with the tables each owns (for /status)."""
+        if self.leases is None:
+            return {}
+        jobs = [{"job": beat.job, "tables": beat.owned} for beat in self.leases.fleet]
+        return {"job": self.leases.job, "jobs": jobs, "tables": sum(beat.owned for beat in self.leases.fleet)}
 
     def scans(self) -> list[SourceScan]:
         scans = []
@@ -68,21 +86,34 @@ class JobDiscovery:
                 scans.append(failed_scan(source.name, error))
         return scans
 
+    def period(self) -> float:
+        """How often `run_pass` runs: the discovery interval, or the lease renewal when shorter."""
+        interval = self.settings.discovery.interval_seconds
+        return min(interval, self.leases.settings.renew_seconds) if self.leases is not None else interval
+
     def run_pass(self) -> DiscoveryChanges:
-        scans = self.scans()
-        self.errors = {scan.source: scan.error for scan in scans if scan.error is not None}
-        found: dict[str, FoundTable] = {}
-        for scan in scans:
-            for table in scan.tables:
-                found.setdefault(table.uri, table)
-        failed = {scan.source for scan in scans if not scan.complete}
-        changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, failed, self.listed)
+        """Scan the sources when the interval has passed, renew the leases, take up and let go accordingly."""
+        if time.monotonic() - self.scanned_at >= self.settings.discovery.interval_seconds:
+            self.scanned_at = time.monotonic()
+            scans = self.scans()
+            self.errors = {scan.source: scan.error for scan in scans if scan.error is not None}
+            self.found = {}
+            for scan in scans:
+                for table in scan.tables:
+                    self.found.setdefault(table.uri, table)
+            self.failed = {scan.source for scan in scans if not scan.complete}
+        found = self.found
+        started = time.monotonic()
+        if self.leases is not None:  # this job's share only: a table released is let go first
+            kept = {uri for uri, source in self.found_by.items() if source in self.failed}  # its source failed
+            owned = self.leases.run_pass(sorted(set(found) | kept), self._forget).owned
+            found = {uri: table for uri, table in found.items() if uri in owned}
+        changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, self.failed, self.listed)
         for uri in changes.dropped:
-            self.let_go(uri)
-            del self.found_by[uri]
-            self.versions.pop(uri, None)
-            self.options.pop(uri, None)
+            self._forget(uri)
         for uri in changes.added:
+            if self.leases is not None and time.monotonic() - started > self.leases.settings.renew_seconds / 2:
+                break  # the heartbeat comes first: the rest of its share is taken up in the next passes
             table = found[uri]
             self.found_by[uri] = table.source
             self.versions[uri] = self.take_up(table)
@@ -92,3 +123,9 @@ class JobDiscovery:
         if changes.added or changes.dropped:
             log.info("recluster %s found=%d", changes, len(self.found_by))
         return changes
+
+    def _forget(self, uri: str) -> None:
+        if self.found_by.pop(uri, None) is not None:
+            self.let_go(uri)
+        self.versions.pop(uri, None)
+        self.options.pop(uri, None)

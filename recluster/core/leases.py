@@ -1,0 +1,121 @@
+"""Several jobs sharing the tables (docs/discovery.md#several-jobs): who should own which table, and whether a table's
+latest claim leaves it to this job. Pure: the lease objects are read and created in delta/leases.py.
+
+A job is alive while its heartbeat (rewritten every `renew_seconds`) is younger than `ttl_seconds`; a table belongs to
+the job named by its latest claim, a numbered object only ever created if absent, while that job is alive. Tables are
+spread over the live jobs by rank, so the counts differ by at most one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class LeaseError(ValueError):
+    """A lease object that cannot be read as one: one line naming it; that table waits, the others go on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A job's sign of life: its id (new on every start), when it wrote this, and how many tables it owns."""
+
+    job: str
+    written_at: float
+    owned: int
+
+    def alive(self, now: float, ttl_seconds: float) -> bool:
+        return now - self.written_at < ttl_seconds
+
+    def to_json(self) -> bytes:
+        return json.dumps({"job": self.job, "written_at": self.written_at, "owned": self.owned}).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One numbered claim on a table: `job` owns it from then on while alive; None releases it to anyone."""
+
+    table: str
+    sequence: int
+    job: str | None
+
+    def to_json(self) -> bytes:
+        return json.dumps({"table": self.table, "sequence": self.sequence, "job": self.job}).encode()
+
+
+def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
+    record = _object(data, where)
+    try:
+        return Heartbeat(str(record["job"]), float(record["written_at"]), int(record["owned"]))
+    except (KeyError, TypeError, ValueError):
+        raise LeaseError(f"malformed heartbeat {where}: expected job, written_at and owned") from None
+
+
+def parse_claim(data: bytes, where: str) -> Claim:
+    record = _object(data, where)
+    try:
+        job = record["job"]
+        return Claim(str(record["table"]), int(record["sequence"]), None if job is None else str(job))
+    except (KeyError, TypeError, ValueError):
+        raise LeaseError(f"malformed lease {where}: expected table, sequence and job") from None
+
+
+def _object(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise LeaseError(f"malformed lease {where}: not JSON") from None
+    if not isinstance(record, dict):
+        raise LeaseError(f"malformed lease {where}: not a JSON object")
+    return record
+
+
+def table_key(uri: str) -> str:
+    """The folder of a table's claims: a digest, so any URI makes a short, safe object name."""
+    return hashlib.sha256(uri.encode()).hexdigest()[:24]
+
+
+def balanced_owners(tables: Collection[str], jobs: Sequence[str]) -> dict[str, str]:
+    """Which live job should own each table: tables in the order of their digest dealt to the jobs in turn, so every
+    job computes the same answer from the same live set and the counts differ by at most one."""
+    ordered_jobs = sorted(set(jobs))
+    if not ordered_jobs:
+        return {}
+    ordered = sorted(tables, key=table_key)
+    return {table: ordered_jobs[index % len(ordered_jobs)] for index, table in enumerate(ordered)}
+
+
+class ClaimAction(StrEnum):
+    """What a job does about one table in a lease pass."""
+
+    KEEP = "keep"
+    """Its own, still its to own."""
+    RELEASE = "release"
+    """Its own, now another live job's share: released (the job stops working on it first)."""
+    TAKE = "take"
+    """Its share, and free: never claimed, released, or its owner is dead."""
+    WAIT = "wait"
+    """Another live job holds it."""
+    NONE = "none"
+    """Neither its own nor its share."""
+
+
+def claim_action(
+    latest: Claim | None, me: str, target: str | None, alive: Mapping[str, Heartbeat], *, held: bool
+) -> ClaimAction:
+    """The action on one table given its latest claim, this job, the job that should own it, the live jobs, and
+    whether this job holds the claim (a claim of its own it no longer holds, after its heartbeat lapsed, is free)."""
+    holder = latest.job if latest is not None else None
+    if holder == me and not held:
+        holder = None
+    if holder == me:
+        return ClaimAction.KEEP if target == me else ClaimAction.RELEASE
+    if target != me:
+        return ClaimAction.NONE
+    if holder is None or holder not in alive:
+        return ClaimAction.TAKE
+    return ClaimAction.WAIT

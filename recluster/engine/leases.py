@@ -1,0 +1,103 @@
+"""One job's side of sharing tables with other jobs (docs/discovery.md#several-jobs): every lease pass it writes its
+heartbeat, reads the others', works out its share of the tables and claims, keeps or releases tables accordingly. A
+table is let go (its work finished, under the handler's lock) before its release is written, and taken up only after
+its claim was created, so two jobs never work on one table at once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from recluster.core.errors import first_line
+from recluster.core.leases import Claim, ClaimAction, Heartbeat, balanced_owners, claim_action
+from recluster.delta.leases import LeaseStore
+from recluster.settings_discovery import LeaseSettings
+
+log = logging.getLogger("recluster.leases")
+
+
+def new_job_id() -> str:
+    """This job's id: host, process and a random part, new on every start (a restarted job is a new job)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class LeasePass:
+    """What one lease pass left this job with."""
+
+    owned: frozenset[str]
+    taken: tuple[str, ...]
+    released: tuple[str, ...]
+    jobs: tuple[Heartbeat, ...]
+    """The live jobs, this one included, with the tables each said it owned."""
+
+    def __str__(self) -> str:
+        owned, taken, released = len(self.owned), len(self.taken), len(self.released)
+        return f"leases owned={owned} taken={taken} released={released} jobs={len(self.jobs)}"
+
+
+class JobLeases:
+    """The claims this job holds, kept in memory: while it is alive no other job creates a newer claim on them."""
+
+    def __init__(self, settings: LeaseSettings, storage_options: dict[str, str], job: str | None = None) -> None:
+        self.settings = settings
+        self.job = job or new_job_id()
+        self.store = LeaseStore(settings.root, {**storage_options, **settings.storage_options})
+        self.held: dict[str, Claim] = {}
+        self.last_heartbeat = 0.0
+        self.errors: dict[str, str] = {}
+        """Tables whose lease could not be read, with the one line saying why."""
+        self.fleet: tuple[Heartbeat, ...] = ()
+
+    def may_work(self, now: float | None = None) -> bool:
+        """Whether this job's heartbeat is fresh enough for its claims to stand (else it starts no new work)."""
+        return (now or time.time()) - self.last_heartbeat < self.settings.ttl_seconds - self.settings.renew_seconds
+
+    def run_pass(self, tables: Collection[str], let_go: Callable[[str], None]) -> LeasePass:
+        now = time.time()
+        if self.held and now - self.last_heartbeat >= self.settings.ttl_seconds:  # others may have taken them
+            log.error("recluster job=%s reason=heartbeat_lapsed: letting go of %d tables", self.job, len(self.held))
+            for table in list(self.held):
+                let_go(table)
+                del self.held[table]
+        self.store.write_heartbeat(Heartbeat(self.job, now, len(self.held)))
+        self.last_heartbeat = now
+        beats, problems = self.store.heartbeats()
+        for problem in problems:
+            log.error("recluster reason=bad_heartbeat error=%s", problem)
+        alive = {job: beat for job, beat in beats.items() if beat.alive(now, self.settings.ttl_seconds)}
+        alive[self.job] = Heartbeat(self.job, now, len(self.held))
+        targets = balanced_owners(tables, list(alive))
+        taken, released = [], []
+        for table in sorted(set(tables) | set(self.held)):
+            target = targets.get(table)
+            if table not in self.held and target != self.job:
+                continue
+            try:
+                latest = self.held.get(table) or self.store.latest_claim(table)
+            except Exception as error:  # a malformed or unreadable lease: that table waits, the others go on
+                self.errors[table] = first_line(error)
+                log.error("recluster table=%s reason=bad_lease error=%s", table, self.errors[table])
+                continue
+            self.errors.pop(table, None)
+            action = claim_action(latest, self.job, target, alive, held=table in self.held)
+            if action is ClaimAction.RELEASE:
+                let_go(table)  # its work ends before anyone may take it
+                held = self.held.pop(table)
+                self.store.create_claim(Claim(table, held.sequence + 1, None))
+                released.append(table)
+            elif action is ClaimAction.TAKE:
+                claim = Claim(table, latest.sequence + 1 if latest is not None else 0, self.job)
+                if self.store.create_claim(claim):
+                    self.held[table] = claim
+                    taken.append(table)
+        self.fleet = tuple(sorted(alive.values(), key=lambda beat: beat.job))
+        outcome = LeasePass(frozenset(self.held), tuple(taken), tuple(released), self.fleet)
+        if taken or released:
+            log.info("recluster job=%s %s", self.job, outcome)
+        return outcome

@@ -1,0 +1,83 @@
+"""Leases of jobs sharing tables (core/leases.py, delta/leases.py, engine/leases.py) on a local lease root: a fair
+share per live job, one owner per table (claims created only if absent), a dead job's tables taken over, a released
+table let go before anyone takes it, a malformed lease one line while the other tables go on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recluster.core.leases import Claim, balanced_owners, table_key
+from recluster.engine.leases import JobLeases
+from recluster.settings_discovery import LeaseSettings
+
+TABLES = [f"s3://bucket/lake/t{index:03d}" for index in range(30)]
+
+
+@given(st.sets(st.text(min_size=1, max_size=8), max_size=200), st.lists(st.text(min_size=1), min_size=1, max_size=7))
+def test_every_table_gets_one_live_job_and_counts_differ_by_at_most_one(tables: set[str], jobs: list[str]) -> None:
+    owners = balanced_owners(tables, jobs)
+    assert set(owners) == tables and set(owners.values()) <= set(jobs)
+    counts = [list(owners.values()).count(job) for job in set(jobs)]
+    assert max(counts) - min(counts) <= 1
+    assert owners == balanced_owners(sorted(tables, reverse=True), list(reversed(jobs)))  # the same on every job
+
+
+def jobs(root: Path, count: int, ttl: float = 30.0) -> list[JobLeases]:
+    settings = LeaseSettings(root=str(root), ttl_seconds=ttl, renew_seconds=ttl / 3)
+    return [JobLeases(settings, {}, job=f"job-{index}") for index in range(count)]
+
+
+def settle(leases: list[JobLeases], tables: list[str], let_go: list[tuple[str, str]]) -> dict[str, set[str]]:
+    """Lease passes of every job, in turn, until nothing changes; what each job owns."""
+    for _ in range(6):
+        for lease in leases:
+            lease.run_pass(tables, lambda table, job=lease.job: let_go.append((job, table)))
+    return {lease.job: set(lease.held) for lease in leases}
+
+
+def test_three_jobs_share_the_tables_and_a_dead_jobs_tables_are_taken_over(tmp_path: Path) -> None:
+    let_go: list[tuple[str, str]] = []
+    first, second, third = jobs(tmp_path, 3, ttl=3.0)
+    owned = settle([first], TABLES, let_go)
+    assert owned == {"job-0": set(TABLES)}  # alone: every table
+    owned = settle([first, second, third], TABLES, let_go)
+    assert sorted(len(tables) for tables in owned.values()) == [10, 10, 10]
+    assert set().union(*owned.values()) == set(TABLES)
+    assert sorted(let_go) == sorted(("job-0", t) for t in owned["job-1"] | owned["job-2"])  # released first
+    assert len(set.intersection(*owned.values())) == 0
+    died = time.time()  # job-2 dies: no heartbeat from it for its ttl; the others renew theirs
+    while time.time() - died < 3.1:
+        settle([first, second], TABLES, let_go)
+        time.sleep(0.3)
+    owned = settle([first, second], TABLES, let_go)
+    assert sorted(len(owned[j]) for j in ("job-0", "job-1")) == [15, 15]
+    assert owned["job-0"] | owned["job-1"] == set(TABLES)
+
+
+def test_two_jobs_claiming_one_table_at_once_one_wins(tmp_path: Path) -> None:
+    first, second = jobs(tmp_path, 2)
+    assert first.store.create_claim(Claim(TABLES[0], 0, "job-0"))
+    assert not second.store.create_claim(Claim(TABLES[0], 0, "job-1"))
+    assert first.store.latest_claim(TABLES[0]) == Claim(TABLES[0], 0, "job-0")
+
+
+def test_a_malformed_lease_is_one_line_and_the_other_tables_go_on(tmp_path: Path) -> None:
+    (only,) = jobs(tmp_path, 1)
+    folder = tmp_path / "tables" / table_key(TABLES[0])
+    folder.mkdir(parents=True)
+    (folder / f"{0:020d}.json").write_text("{not json")
+    result = only.run_pass(TABLES[:3], lambda table: None)
+    assert result.owned == frozenset(TABLES[1:3])
+    assert only.errors == {
+        TABLES[0]: f"malformed lease {tmp_path}/tables/{table_key(TABLES[0])}/{0:020d}.json: not JSON"
+    }
+
+
+def test_renewal_must_come_before_expiry() -> None:
+    with pytest.raises(ValueError, match="renew_seconds must be at most half of ttl_seconds"):
+        LeaseSettings(root="/x", ttl_seconds=10, renew_seconds=6)
