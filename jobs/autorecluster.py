@@ -17,12 +17,13 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from recluster.core.errors import TableError
+from recluster.core.errors import TableError, first_line
 from recluster.core.optimizing import optimizing_config
 from recluster.delta.storage import normalize_uri, require_writable
 from recluster.engine.estimate import record_estimate
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_discovery import JobDiscovery
+from recluster.engine.leases import JobLeases
 from recluster.settings import Settings, SettingsError, TableSettings
 from triggers.delta_log import SOURCE_NAME, DeltaLogSource, table_version, with_storage_retries
 from triggers.kafka_commits import SOURCE_NAME as KAFKA_SOURCE_NAME
@@ -129,6 +130,10 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
             settings, spark, handler.tables.listed, handler.take_up_found, handler.let_go, tables_file
         )
         handler.discovery = discovery
+        if discovery.leases is not None:
+            discovery.leases.beat()  # a lease root that cannot be written fails the start, in one line
+            leases = discovery.leases
+            threading.Thread(target=beat, args=(handler, leases), name="recluster-leases", daemon=True).start()
         threading.Thread(target=discover, args=(handler, discovery), name="recluster-discovery", daemon=True).start()
     return query, handler
 
@@ -147,6 +152,15 @@ def discover(handler: ReclusterHandler, discovery: JobDiscovery) -> None:
         except Exception:  # a storage outage or a defect of ours: logged, the next pass tries again
             log.exception("recluster discovery pass failed")
         handler.stopping.wait(discovery.period())
+
+
+def beat(handler: ReclusterHandler, leases: JobLeases) -> None:
+    """This job's heartbeat every `renew_seconds` until it stops, on its own thread (docs/discovery.md#several-jobs)."""
+    while not handler.stopping.wait(leases.settings.renew_seconds):
+        try:
+            leases.beat()
+        except Exception as error:  # the store is down: the job stops starting work once its heartbeat is stale
+            log.error("recluster job=%s reason=heartbeat_failed error=%s", leases.job, first_line(error))
 
 
 def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float = 60.0) -> None:

@@ -36,6 +36,7 @@ def settle(leases: list[JobLeases], tables: list[str], let_go: list[tuple[str, s
     """Lease passes of every job, in turn, until nothing changes; what each job owns."""
     for _ in range(6):
         for lease in leases:
+            lease.beat()
             lease.run_pass(tables, lambda table, job=lease.job: let_go.append((job, table)))
     return {lease.job: set(lease.held) for lease in leases}
 
@@ -71,11 +72,28 @@ def test_a_malformed_lease_is_one_line_and_the_other_tables_go_on(tmp_path: Path
     folder = tmp_path / "tables" / table_key(TABLES[0])
     folder.mkdir(parents=True)
     (folder / f"{0:020d}.json").write_text("{not json")
+    only.beat()
     result = only.run_pass(TABLES[:3], lambda table: None)
     assert result.owned == frozenset(TABLES[1:3])
     assert only.errors == {
         TABLES[0]: f"malformed lease {tmp_path}/tables/{table_key(TABLES[0])}/{0:020d}.json: not JSON"
     }
+
+
+def test_a_job_whose_heartbeat_is_stale_claims_nothing(tmp_path: Path) -> None:
+    (only,) = jobs(tmp_path, 1)
+    assert only.run_pass(TABLES, lambda table: None).owned == frozenset()  # never beat
+    only.beat()
+    assert only.run_pass(TABLES, lambda table: None).owned == frozenset(TABLES)
+
+
+def test_when_a_job_goes_most_tables_keep_their_owner() -> None:
+    tables = [f"t{index}" for index in range(300)]
+    before = balanced_owners(tables, ["a", "b", "c"])
+    after = balanced_owners(tables, ["a", "b"])
+    moved = sum(1 for t in tables if before[t] != "c" and after[t] != before[t])
+    assert moved < 30  # only the dead job's 100 must move; the survivors' 200 mostly stay
+    assert sorted(list(after.values()).count(job) for job in "ab") == [150, 150]
 
 
 def test_renewal_must_come_before_expiry() -> None:

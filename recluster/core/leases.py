@@ -3,14 +3,14 @@ latest claim leaves it to this job. Pure: the lease objects are read and created
 
 A job is alive while its heartbeat (rewritten every `renew_seconds`) is younger than `ttl_seconds`; a table belongs to
 the job named by its latest claim, a numbered object only ever created if absent, while that job is alive. Tables are
-spread over the live jobs by rank, so the counts differ by at most one.
+spread over the live jobs in fair shares, counts within one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -79,14 +79,22 @@ def table_key(uri: str) -> str:
     return hashlib.sha256(uri.encode()).hexdigest()[:24]
 
 
-def balanced_owners(tables: Collection[str], jobs: Sequence[str]) -> dict[str, str]:
-    """Which live job should own each table: tables in the order of their digest dealt to the jobs in turn, so every
-    job computes the same answer from the same live set and the counts differ by at most one."""
+def balanced_owners(tables: Collection[str], jobs: Collection[str]) -> dict[str, str]:
+    """Which live job should own each table; every job computes the same answer from the same live set. Each job gets
+    its fair share (counts within one); a table goes to the job it prefers most (highest rendezvous weight) that still
+    has room, so when a job comes or goes most tables keep their owner."""
     ordered_jobs = sorted(set(jobs))
     if not ordered_jobs:
         return {}
-    ordered = sorted(tables, key=table_key)
-    return {table: ordered_jobs[index % len(ordered_jobs)] for index, table in enumerate(ordered)}
+    share, extra = divmod(len(tables), len(ordered_jobs))
+    room = {job: share + (1 if index < extra else 0) for index, job in enumerate(ordered_jobs)}
+    owners = {}
+    for table in sorted(tables, key=table_key):
+        preferred = sorted(ordered_jobs, key=lambda job: hashlib.sha256(f"{job}/{table}".encode()).digest())
+        owner = next(job for job in preferred if room[job] > 0)
+        room[owner] -= 1
+        owners[table] = owner
+    return owners
 
 
 class ClaimAction(StrEnum):

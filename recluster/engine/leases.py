@@ -58,6 +58,12 @@ class JobLeases:
         """Whether this job's heartbeat is fresh enough for its claims to stand (else it starts no new work)."""
         return (now or time.time()) - self.last_heartbeat < self.settings.ttl_seconds - self.settings.renew_seconds
 
+    def beat(self) -> None:
+        """Write this job's heartbeat (its own thread, every `renew_seconds`: slow take-ups never delay it)."""
+        now = time.time()
+        self.store.write_heartbeat(Heartbeat(self.job, now, len(self.held)))
+        self.last_heartbeat = now
+
     def run_pass(self, tables: Collection[str], let_go: Callable[[str], None]) -> LeasePass:
         now = time.time()
         if self.held and now - self.last_heartbeat >= self.settings.ttl_seconds:  # others may have taken them
@@ -65,8 +71,8 @@ class JobLeases:
             for table in list(self.held):
                 let_go(table)
                 del self.held[table]
-        self.store.write_heartbeat(Heartbeat(self.job, now, len(self.held)))
-        self.last_heartbeat = now
+        if not self.may_work(now):  # no claim on a stale heartbeat: the others may think this job dead
+            return LeasePass(frozenset(self.held), (), (), self.fleet)
         beats, problems = self.store.heartbeats()
         for problem in problems:
             log.error("recluster reason=bad_heartbeat error=%s", problem)
