@@ -182,6 +182,15 @@ BENCHMARKS = (
         needs=REFEREE,
     ),
     Benchmark(
+        "advise",
+        "bench.advise_bench",
+        "`recluster advise` on a 10,000-query event log (a real Delta Spark application's, repeated) against "
+        "decompressing and parsing its every line",
+        "advise",
+        ("advise-2026-11-28.json",),
+        needs=REFEREE,
+    ),
+    Benchmark(
         "upkeep",
         "bench.upkeep_bench",
         "incremental upkeep (a round per append) against liquid OPTIMIZE every 1 and 5 appends and ZORDER BY",

@@ -193,7 +193,7 @@ def test_event_log_files_in_every_codec_and_bad_ones_one_line_each(tmp_path: Pat
     assert files == 7 and len(scans) == 5
     assert sorted(p.split(": ", 1)[1] for p in problems) == [
         "cut short at its last line (JSONDecodeError)",
-        "line 1 is not JSON (JSONDecodeError)",
+        "line 1 is not a Spark listener event",
         "lz4: cut short inside a block",
     ]
     assert all(p.startswith(f"event log {tmp_path}/app-") for p in problems)

@@ -33,7 +33,7 @@ from recluster.core.advice.ranking import (
     ranked,
     workloads,
 )
-from recluster.core.advice.scans import Scan, delta_scans
+from recluster.core.advice.scans import SQL_EVENTS, Scan, delta_scans
 from recluster.core.curves import Curve, RangeBounds, sample_quantile_bounds
 from recluster.core.errors import TableError
 from recluster.core.estimate.projection import MB
@@ -159,7 +159,7 @@ def read_scans(locations: Sequence[str], options: Mapping[str, str]) -> tuple[li
         for path in paths:
             files += 1
             try:
-                scans.extend(delta_scans(read_events(filesystem, path)))
+                scans.extend(delta_scans(read_events(filesystem, path, SQL_EVENTS)))
             except EventLogError as error:
                 problems.append(str(EventLogProblem(path, str(error))))
     return scans, problems, files

@@ -26,6 +26,8 @@ LZ4_MAGIC = b"LZ4Block"
 SNAPPY_MAGIC = b"\x82SNAPPY\x00"
 CHUNK = 1 << 20
 _ROLLED = re.compile(r"events_(\d+)_")
+_KIND = re.compile(rb'\{\s*"Event"\s*:\s*"([^"]+)"')
+"""An event line's start, naming its kind: Spark writes the kind first."""
 
 
 class EventLogError(ValueError):
@@ -144,16 +146,25 @@ def _bytes(filesystem: pafs.FileSystem, path: str) -> Iterator[bytes]:
             yield chunk
 
 
-def read_events(filesystem: pafs.FileSystem, path: str) -> Iterator[dict[str, Any]]:
-    """The events of one file; EventLogError (after the events before it) when it is malformed or cut short."""
+def read_events(
+    filesystem: pafs.FileSystem, path: str, kinds: frozenset[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The events of one file (only those of `kinds`, when given: the others are checked for an event's shape, not
+    parsed); EventLogError (after the events before it) when it is malformed or cut short."""
+    wanted = None if kinds is None else {kind.encode() for kind in kinds}
     pending, line = b"", 0
     try:
         for chunk in _bytes(filesystem, path):
             *lines, pending = (pending + chunk).split(b"\n")
             for text in lines:
                 line += 1
-                if text.strip():
+                if not text.strip():
+                    continue
+                kind = _KIND.match(text)
+                if wanted is None or (kind is not None and kind.group(1) in wanted):
                     yield _event(text, line)
+                elif kind is None or not text.rstrip().endswith(b"}"):
+                    raise EventLogError(f"line {line} is not a Spark listener event")
     except (OSError, pa.ArrowException) as error:
         raise EventLogError(f"unreadable after line {line}: {error}") from error
     if pending.strip():

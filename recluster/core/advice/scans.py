@@ -22,6 +22,8 @@ SQL_START = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart"
 SQL_END = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd"
 ADAPTIVE_UPDATE = "org.apache.spark.sql.execution.ui.SparkListenerSQLAdaptiveExecutionUpdate"
 DRIVER_METRICS = "org.apache.spark.sql.execution.ui.SparkListenerDriverAccumUpdates"
+SQL_EVENTS = frozenset({SQL_START, SQL_END, ADAPTIVE_UPDATE, DRIVER_METRICS})
+"""The events `delta_scans` reads: a reader may skip parsing the others (tasks, stages, jobs: most of a log)."""
 FILES_READ = "number of files read"
 BYTES_READ = "size of files read"
 
