@@ -32,6 +32,9 @@ from triggers.spark_kafka import commit_events
 
 log = logging.getLogger("recluster.job")
 
+SOURCES_UP_SECONDS = 120.0
+"""The longest the first discovery pass waits for the stream's source to be up."""
+
 
 def check_checkpoint_location(location: str) -> None:
     """Fail fast, with one clear line, when the checkpoint cannot be written."""
@@ -133,8 +136,12 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
         if discovery.leases is not None:
             discovery.leases.beat()  # a lease root that cannot be written fails the start, in one line
             leases = discovery.leases
-            threading.Thread(target=beat, args=(handler, leases), name="recluster-leases", daemon=True).start()
-        threading.Thread(target=discover, args=(handler, discovery), name="recluster-discovery", daemon=True).start()
+            handler.background.append(threading.Thread(target=beat, args=(handler, leases), name="recluster-leases"))
+        discovering = threading.Thread(target=discover, args=(handler, discovery, query), name="recluster-discovery")
+        handler.background.append(discovering)
+        for thread in handler.background:
+            thread.daemon = True
+            thread.start()
     return query, handler
 
 
@@ -144,8 +151,15 @@ def found_tables_file() -> str:
     return os.path.join(tempfile.mkdtemp(prefix="recluster-discovery-"), "tables.json")
 
 
-def discover(handler: ReclusterHandler, discovery: JobDiscovery) -> None:
-    """Discovery passes every `discovery.interval_seconds` until the job stops (docs/discovery.md)."""
+def discover(handler: ReclusterHandler, discovery: JobDiscovery, query: Any) -> None:
+    """Discovery passes every `discovery.interval_seconds` until the job stops (docs/discovery.md). The first waits
+    for the stream's source to be up (bounded): a catalog client starting at the same moment (Hive's loads thousands
+    of classes) delayed the source's Python worker past Spark's connect-back timeout on a busy machine."""
+    deadline = time.monotonic() + SOURCES_UP_SECONDS
+    while not handler.stopping.is_set() and time.monotonic() < deadline:
+        if query.status.get("message") != "Initializing sources":
+            break
+        handler.stopping.wait(0.5)
     while not handler.stopping.is_set():
         try:
             discovery.run_pass()
@@ -170,6 +184,8 @@ def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float 
     while not handler.idle.wait(timeout=0.2) and time.monotonic() < deadline:
         pass
     query.stop()
+    for thread in handler.background:
+        thread.join(timeout=max(deadline - time.monotonic(), 5.0))
     handler.flush_history()
     if handler.metrics is not None:
         handler.metrics.close()

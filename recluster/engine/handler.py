@@ -62,6 +62,9 @@ class ReclusterHandler:
         self.failures = FailureBook(settings.stream.table_retry_seconds, settings.stream.table_retry_max_seconds)
         self.discovery: JobDiscovery | None = None
         """The job's discovery when it has catalogs or roots to look in (docs/discovery.md)."""
+        self.background: list[threading.Thread] = []
+        """Threads that stop on `stopping` (discovery, heartbeats): joined by a graceful stop, so none is inside a
+        store call while the interpreter exits."""
 
     @property
     def tracked(self) -> dict[str, TrackedTable]:
