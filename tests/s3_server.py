@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
 from tests.helpers import wait_for
 from tests.spark_cluster import free_port
@@ -91,7 +91,7 @@ def s3_environment(s3: S3Server, secret: str | None = None) -> dict[str, str]:
 def _created_user(iam: Any) -> bool:
     try:
         iam.create_user(UserName="recluster")
-    except EndpointConnectionError:
+    except (EndpointConnectionError, ConnectionClosedError):  # not listening yet; listening, not answering yet
         return False
     return True
 

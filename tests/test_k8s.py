@@ -419,6 +419,7 @@ def test_kubernetes_spark_conf_has_every_key():
         "spark.kubernetes.authenticate.driver.serviceAccountName": "sa",
         "spark.driver.host": "drv.jobs.svc.cluster.local",
         "spark.driver.bindAddress": "0.0.0.0",
+        "spark.kubernetes.executor.useDriverPodIP": "false",
         "spark.driver.port": "7078",
         "spark.driver.blockManager.port": "7079",
         "spark.blockManager.port": "7079",

@@ -47,6 +47,8 @@ def kubernetes_spark_conf(settings: Settings, environ: Mapping[str, str] | None 
         "spark.kubernetes.authenticate.driver.serviceAccountName": k8s.service_account,
         "spark.driver.host": driver_host(settings, environ),
         "spark.driver.bindAddress": "0.0.0.0",
+        # Spark 4 gives executors the driver's bind address (0.0.0.0 here) unless told to use spark.driver.host.
+        "spark.kubernetes.executor.useDriverPodIP": "false",
         "spark.driver.port": str(k8s.driver_port),
         "spark.driver.blockManager.port": str(k8s.block_manager_port),
         "spark.blockManager.port": str(k8s.block_manager_port),

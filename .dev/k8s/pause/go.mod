@@ -1,0 +1,3 @@
+module recluster.local/pause
+
+go 1.21
