@@ -23,6 +23,8 @@ from recluster.settings_discovery import CatalogSource, StorageRoot
 log = logging.getLogger("recluster.discovery")
 
 DELTA_PROVIDER = "delta"
+LISTING_ATTEMPTS = 3
+"""A database's tables are listed again when one was dropped while Spark described them (seen in a test)."""
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -176,7 +178,14 @@ def _database_properties(spark: Any, catalog: str, database: str) -> dict[str, s
 def _tables(spark: Any, catalog: str, database: str) -> list[tuple[str, str | None, str | None]]:
     """(name, provider, location) of every table of a database, from one `SHOW TABLE EXTENDED`: it reads the
     catalog's entry only, so it needs no Delta jars in the job's Spark."""
-    rows = spark.sql(f"SHOW TABLE EXTENDED IN {_quoted(catalog)}.{_quoted(database)} LIKE '*'").collect()
+    statement = f"SHOW TABLE EXTENDED IN {_quoted(catalog)}.{_quoted(database)} LIKE '*'"
+    for attempt in range(LISTING_ATTEMPTS):
+        try:
+            rows = spark.sql(statement).collect()
+            break
+        except Exception as error:  # a table dropped between Spark's listing and its description of the tables
+            if "TABLE_OR_VIEW_NOT_FOUND" not in str(error) or attempt + 1 == LISTING_ATTEMPTS:
+                raise
     listed = []
     for row in rows:
         entry = row.asDict()

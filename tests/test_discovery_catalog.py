@@ -1,0 +1,130 @@
+"""The job finding its tables in a catalog (docs/discovery.md): the standalone Hive Metastore with Delta tables
+registered by Delta Spark, a `recluster watch` process whose Spark session uses the metastore as its catalog (no Delta
+jars: SHOW TABLE EXTENDED reads the catalog's entries only). A database's DBPROPERTIES reach its tables, a table's own
+property overrides them, the `recluster.enabled` filter keeps exactly the enabled tables, a table registered later is
+taken up within the interval and a dropped one let go without errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import yaml
+from deltalake import write_deltalake
+
+from recluster.delta.log_writer import set_table_properties
+from tests.helpers import ROOT, cli_environment, stop_watch, wait_for
+from tests.hive_metastore import Metastore
+from tests.referee import Referee
+from tests.spark_cluster import free_port
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TABLES, DISABLED = 12, 3
+
+
+def register(referee: Referee, path: Path, name: str, rng: np.random.Generator, **properties: str) -> None:
+    """A table written by delta-rs (three appends), registered in the metastore by Spark SQL over its location."""
+    for _ in range(3):
+        keys = rng.integers(0, 10**6, 500)
+        write_deltalake(str(path), pa.table({"k": pa.array(keys, pa.int64())}), mode="append")
+    if properties:
+        set_table_properties(path, properties)
+    referee.sql(f"CREATE TABLE shop.{name} USING delta LOCATION '{path}'")
+
+
+def job_status(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
+        tables = json.load(response)["tables"]
+    return {table["table"]: table for table in tables}
+
+
+def statuses_when(port: int, condition: Any, what: str, process: subprocess.Popen[bytes]) -> dict[str, Any]:
+    seen: list[dict[str, Any]] = []
+
+    def holds() -> bool:
+        time.sleep(1)  # each request asks the driver's JVM for the query's progress: not 20 times a second
+        try:
+            seen[:] = [job_status(port)]
+        except OSError:
+            return False
+        return bool(condition(seen[0]))
+
+    wait_for(holds, what, process, timeout=300)
+    return seen[0]
+
+
+def test_a_catalog_database_is_watched_with_its_inherited_settings(
+    catalog_referee: Referee, metastore: Metastore, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(44)
+    catalog_referee.sql(
+        "CREATE DATABASE shop WITH DBPROPERTIES "
+        "('recluster.enabled' = 'true', 'recluster.clusterBy' = 'k', 'recluster.policy' = 'levels')"
+    )
+    paths = {f"t{index:02d}": tmp_path / "tables" / f"t{index:02d}" for index in range(TABLES)}
+    for index, (name, path) in enumerate(paths.items()):
+        own = {"recluster.enabled": "false"} if index < DISABLED else {}
+        if index == DISABLED:
+            own = {"recluster.policy": "absorb"}
+        register(catalog_referee, path, name, rng, **own)
+    enabled = {str(path) for name, path in paths.items() if int(name[1:]) >= DISABLED}
+    port = free_port()
+    config = tmp_path / "recluster.yaml"
+    catalog = {"databases": "shop", "where": {"recluster.enabled": "true"}}
+    spark_conf = {k: v for k, v in metastore.spark_conf().items() if k != "spark.sql.warehouse.dir"}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "discovery": {"interval_seconds": 2, "catalogs": [catalog]},
+                "spark": {"master": "local[1]", "conf": spark_conf},
+                "stream": {"checkpoint_location": str(tmp_path / "checkpoint"), "trigger_interval_seconds": 0.5},
+                "http": {"port": port},
+            }
+        )
+    )
+    log = tmp_path / "watch.log"
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
+            env=cli_environment(),
+        )
+    try:
+        found = statuses_when(port, lambda s: set(s) == enabled, f"the {len(enabled)} enabled tables", process)
+        database = "database spark_catalog.shop"
+        inherited = {s["key"]: (s["value"], s["origin"]) for s in found[str(paths["t05"])]["settings"]}
+        assert inherited == {
+            "recluster.clusterBy": ("k", database),
+            "recluster.enabled": ("true", database),
+            "recluster.policy": ("levels", database),
+        }
+        assert found[str(paths["t05"])]["policy"] == "levels"
+        overridden = found[str(paths[f"t{DISABLED:02d}"])]
+        assert {"key": "recluster.policy", "value": "absorb", "origin": "table"} in overridden["settings"]
+        assert overridden["policy"] == "absorb"
+
+        later = tmp_path / "tables" / "later"
+        register(catalog_referee, later, "later", rng)
+        statuses_when(port, lambda s: str(later) in s, "a table registered later", process)
+        catalog_referee.sql("DROP TABLE shop.t05")  # external: the files stay, the catalog forgets it
+        after = statuses_when(port, lambda s: str(paths["t05"]) not in s, "a dropped table let go", process)
+        assert set(after) == (enabled - {str(paths["t05"])}) | {str(later)}
+        assert all(status["error"] is None for status in after.values()), after
+    finally:
+        if process.poll() is None:
+            stop_watch(process, log)
+        else:
+            print(log.read_text(errors="replace")[-5000:])
+    assert "reason=source_failed" not in log.read_text()
