@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import struct
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -19,9 +17,9 @@ from hypothesis import strategies as st
 from recluster.core.advice.filters import Predicate, PredicateShape, scan_predicates
 from recluster.core.advice.layouts import Layout, files_read, simulated_layout
 from recluster.core.advice.ranking import CandidateKey, Confidence, candidate_keys, workloads
-from recluster.core.advice.scans import DRIVER_METRICS, SQL_END, SQL_START, delta_scans
+from recluster.core.advice.scans import delta_scans
 from recluster.engine.advise import read_scans, table_uri
-from recluster.engine.event_logs import LZ4_MAGIC, SNAPPY_MAGIC
+from tests.event_log_files import execution, lz4_java, snappy_java
 
 EQ, IN, RANGE, PREFIX = PredicateShape.EQUALITY, PredicateShape.IN, PredicateShape.RANGE, PredicateShape.PREFIX
 
@@ -43,27 +41,6 @@ def test_spark_filter_text_becomes_predicates() -> None:
         Predicate("q", IN, ("1", "2")),
         Predicate("d", RANGE, low="2024-01-01"),
     )
-
-
-def plan(location: str, name: str = "Scan parquet", files_id: int = 10) -> dict[str, Any]:
-    scan = {
-        "nodeName": name,
-        "metadata": {"Location": location, "PushedFilters": "[EqualTo(a,5)]", "PartitionFilters": "[]"},
-        "metrics": [
-            {"name": "number of files read", "accumulatorId": files_id},
-            {"name": "size of files read", "accumulatorId": files_id + 1},
-        ],
-        "children": [],
-    }
-    return {"nodeName": "Filter", "metadata": {}, "metrics": [], "children": [scan]}
-
-
-def execution(number: int, location: str, files: int, name: str = "Scan parquet") -> list[dict[str, Any]]:
-    return [
-        {"Event": SQL_START, "executionId": number, "time": 1_000 * number, "sparkPlanInfo": plan(location, name)},
-        {"Event": DRIVER_METRICS, "executionId": number, "accumUpdates": [[10, files], [11, 100 * files]]},
-        {"Event": SQL_END, "executionId": number, "time": 1_000 * number + 5},
-    ]
 
 
 def test_scans_of_delta_tables_with_their_metrics_and_delta_own_reads_left_out() -> None:
@@ -156,25 +133,6 @@ def test_candidates_are_the_used_columns_alone_then_together_on_a_curve_and_the_
         "linear(d)",
     ]
     assert CandidateKey(("a",), False) in found
-
-
-def lz4_java(data: bytes, block: int = 1000) -> bytes:
-    """lz4-java's LZ4BlockOutputStream framing (Spark's lz4 codec), checksums left zero (not checked)."""
-    codec, out = pa.Codec("lz4_raw"), b""
-    for start in range(0, len(data), block):
-        chunk = data[start : start + block]
-        packed = codec.compress(chunk).to_pybytes()
-        out += LZ4_MAGIC + bytes([0x25]) + struct.pack("<iii", len(packed), len(chunk), 0) + packed
-    return out + LZ4_MAGIC + bytes([0x10]) + struct.pack("<iii", 0, 0, 0)
-
-
-def snappy_java(data: bytes, block: int = 1000) -> bytes:
-    """snappy-java's SnappyOutputStream framing (Spark's snappy codec)."""
-    codec, out = pa.Codec("snappy"), SNAPPY_MAGIC + struct.pack(">ii", 1, 1)
-    for start in range(0, len(data), block):
-        packed = codec.compress(data[start : start + block]).to_pybytes()
-        out += struct.pack(">i", len(packed)) + packed
-    return out
 
 
 def test_event_log_files_in_every_codec_and_bad_ones_one_line_each(tmp_path: Path) -> None:

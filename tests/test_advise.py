@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from recluster.core.errors import TableError
+from recluster.engine.advise import read_scans, table_uri
+from tests.event_log_files import execution, lz4_java
 from tests.helpers import row_multiset, run_cli
 from tests.referee import REFEREE_JARS, REFEREE_PYTHON, Referee, referee_environment
 
@@ -129,3 +133,25 @@ def test_advise_ranks_the_most_used_column_first_and_its_predicted_factor_holds(
     assert measured == pytest.approx(found["predicted_factor"], rel=0.25), (before, after, found)
     assert found["predicted_factor"] > 2
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(rows)
+
+
+def test_event_logs_under_an_object_store_prefix(s3) -> None:
+    """The logs on S3 (moto): a rolling zstd directory and an lz4 file are read, a broken file is one line naming
+    its URI, and a prefix with no event log is one clear error."""
+    text = "".join(json.dumps(e) + "\n" for e in execution(1, "PreparedDeltaFileIndex(1 paths)[s3a://lake/t]", 3))
+    prefix = f"spark-events-{uuid.uuid4().hex[:8]}"
+    client = s3.client()
+    for key, body in (
+        ("eventlog_v2_app-1/events_1_app-1.zstd", pa.compress(text.encode(), "zstd", asbytes=True)),
+        ("eventlog_v2_app-1/appstatus_app-1", b""),
+        ("app-2.lz4", lz4_java(text.encode())),
+        ("app-3", b"{broken"),
+    ):
+        client.put_object(Bucket=s3.bucket, Key=f"{prefix}/{key}", Body=body)
+    location = f"s3://{s3.bucket}/{prefix}"
+    scans, problems, files = read_scans([location], s3.options())
+    assert files == 3 and [(s.location, s.files_read) for s in scans] == [("s3a://lake/t", 3)] * 2
+    assert problems == [f"event log {location}/app-3: cut short at its last line (JSONDecodeError)"]
+    assert {table_uri(s.location) for s in scans} == {"s3://lake/t"}
+    with pytest.raises(TableError, match="no event log files found"):
+        read_scans([f"s3://{s3.bucket}/nothing-here"], s3.options())

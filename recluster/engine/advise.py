@@ -156,12 +156,12 @@ def read_scans(locations: Sequence[str], options: Mapping[str, str]) -> tuple[li
     files = 0
     for location in locations:
         filesystem, paths = event_log_files(location, options)
-        for path in paths:
+        for path, shown in paths:
             files += 1
             try:
                 scans.extend(delta_scans(read_events(filesystem, path, SQL_EVENTS)))
             except EventLogError as error:
-                problems.append(str(EventLogProblem(path, str(error))))
+                problems.append(str(EventLogProblem(shown, str(error))))
     return scans, problems, files
 
 

@@ -9,6 +9,7 @@ files are read (docs/advise.md#event-logs).
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from collections.abc import Iterator, Mapping
@@ -53,17 +54,18 @@ def _is_event_log(name: str) -> bool:
     return not name.startswith((".", "appstatus_", "_")) and not name.endswith(".crc")
 
 
-def event_log_files(location: str, storage_options: Mapping[str, str]) -> tuple[pafs.FileSystem, list[str]]:
-    """The event log files at `location` (a file, or a directory or prefix searched below), rolled parts in order."""
+def event_log_files(location: str, storage_options: Mapping[str, str]) -> tuple[pafs.FileSystem, list[tuple[str, str]]]:
+    """The event log files at `location` (a file, or a directory or prefix searched below), rolled parts in order:
+    each as (its path on the returned filesystem, its name to show)."""
     remote = "://" in location and not location.startswith("file://")
     filesystem = table_filesystem(location, storage_options)
-    base = "" if remote else location.removeprefix("file://")
+    base = "" if remote else os.path.abspath(location.removeprefix("file://"))
     try:
-        info = filesystem.get_file_info(base if base else "")
+        info = filesystem.get_file_info(base)
     except (OSError, pa.ArrowException) as error:
         raise TableError(f"event logs {location}: {error}") from error
     if info.type == pafs.FileType.File:
-        return filesystem, [base]
+        return filesystem, [(base, location)]
     if info.type == pafs.FileType.NotFound and not remote:
         raise TableError(f"event logs {location}: no such file or directory")
     try:
@@ -79,7 +81,7 @@ def event_log_files(location: str, storage_options: Mapping[str, str]) -> tuple[
     files = sorted((i.path for i in found if i.type == pafs.FileType.File and _is_event_log(i.base_name)), key=order)
     if not files:
         raise TableError(f"event logs {location}: no event log files found")
-    return filesystem, files
+    return filesystem, [(path, f"{location.rstrip('/')}/{path}" if remote else path) for path in files]
 
 
 def _lz4_blocks(stream: Any) -> Iterator[bytes]:
