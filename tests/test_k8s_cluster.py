@@ -209,7 +209,15 @@ def test_recluster_on_a_real_cluster(storage: tuple[S3Server, FaultFront], tmp_p
     for _ in range(3):
         writer.append()
     deploy(server, front, tmp_path / "checkpoint-volume")
+    try:
+        check_the_deployment(writer, front)
+    finally:  # the driver and its executors stop: the machine is shared
+        kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=300)
+        kubectl("delete", "persistentvolume", CHECKPOINT_VOLUME, "--ignore-not-found")
 
+
+def check_the_deployment(writer: Writer, front: FaultFront) -> None:
+    """The steps of docs/kubernetes.md#the-end-to-end-test, on the deployed overlay."""
     # Readiness comes only once the table is loaded: until then the driver answers /readyz 503, and the Service
     # that serves the status page has no address.
     answers: list[int] = []
@@ -309,15 +317,25 @@ def test_recluster_on_a_real_cluster(storage: tuple[S3Server, FaultFront], tmp_p
 
 
 def test_a_manifest_that_does_not_apply_fails_with_one_line(cluster: None, tmp_path: Path) -> None:
+    """The local overlay with one invalid field, in a namespace of its own: the apply fails with kubectl's line."""
     copy = tmp_path / "k8s"
     shutil.copytree(ROOT / "k8s", copy)
-    patch = copy / "overlays" / "local" / "deployment-patch.yaml"
-    patch.write_text(patch.read_text(encoding="utf-8").replace("replicas: 1", "replicas: one"), encoding="utf-8")
-    kubectl("create", "namespace", NAMESPACE, check=False)
-    with pytest.raises(pytest.fail.Exception) as failure:
-        apply(copy / "overlays" / "local")
+    overlay = copy / "overlays" / "local"
+    for name, old, new in (
+        ("deployment-patch.yaml", "replicas: 1", "replicas: one"),
+        ("kustomization.yaml", f"namespace: {NAMESPACE}", "namespace: recluster-broken"),
+    ):
+        text = (overlay / name).read_text(encoding="utf-8")
+        assert old in text
+        (overlay / name).write_text(text.replace(old, new), encoding="utf-8")
+    kubectl("create", "namespace", "recluster-broken")
+    try:
+        with pytest.raises(pytest.fail.Exception) as failure:
+            apply(overlay)
+    finally:
+        kubectl("delete", "namespace", "recluster-broken", "--wait=false")
     message = str(failure.value)
-    assert message.startswith("`kubectl apply -k ") and "\n" not in message, message
+    assert message.startswith("`kubectl apply -k ") and "replicas" in message and "\n" not in message, message
 
 
 def test_a_missing_image_fails_with_one_line(cluster: None) -> None:
