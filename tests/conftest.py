@@ -24,9 +24,7 @@ from tests.s3_server import S3Server, moto_server
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-SERVICE_FIXTURES = frozenset(
-    {"spark", "referee", "sources", "broker", "s3", "cluster", "azurite", "gcs", "metastore"}
-)
+SERVICE_FIXTURES = frozenset({"spark", "referee", "sources", "broker", "s3", "cluster", "azurite", "gcs", "metastore"})
 """Fixtures that start a JVM (Spark, the referee, Kafka, a standalone cluster) or a service (moto, azurite, fake GCS):
 a test using one, directly or through another fixture, is marked `needs_services`."""
 
