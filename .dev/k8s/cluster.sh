@@ -293,6 +293,15 @@ down() {
   for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCKET" || true); do kill -KILL "$shim"; done
   unmount_under "$STATE"
   ip link del "$BRIDGE" 2>/dev/null || true
+  # What kube-proxy --cleanup leaves of the kubelet's and kube-proxy's rules (KUBE-FIREWALL drops packets to
+  # 127.0.0.0/8 from other addresses): every KUBE-* chain and the rules that jump to them, other rules kept.
+  for save in iptables-save ip6tables-save; do
+    for table in filter nat mangle; do
+      if "$save" -t "$table" 2>/dev/null | grep -q -- "KUBE-"; then
+        "$save" -t "$table" | grep -v -- "KUBE-" | "${save%-save}-restore" -T "$table" || true
+      fi
+    done
+  done
   rm -rf "$STATE"
   log "stopped"
 }
