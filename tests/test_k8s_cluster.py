@@ -68,12 +68,13 @@ FINISHED_LINE = re.compile(r"Finished task \S+ in stage \S+ \(TID (\d+)\)")
 
 
 @pytest.fixture(scope="module")
-def cluster() -> None:
+def k8s_cluster() -> None:
+    """The local cluster (not conftest's `cluster`, the Spark standalone one)."""
     cluster_ready()
 
 
 @pytest.fixture(scope="module")
-def storage(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S3Server, FaultFront]]:
+def storage(k8s_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S3Server, FaultFront]]:
     """moto on loopback for the writer and the checks, the fault front on the node's address for the pods."""
     work = tmp_path_factory.mktemp("k8s-s3")
     with moto_server(work) as server, FaultFront(server.endpoint, work / "front.log", host=NODE_IP) as front:
@@ -316,7 +317,7 @@ def check_the_deployment(writer: Writer, front: FaultFront) -> None:
     writer.assert_no_version_decided_twice()
 
 
-def test_a_manifest_that_does_not_apply_fails_with_one_line(cluster: None, tmp_path: Path) -> None:
+def test_a_manifest_that_does_not_apply_fails_with_one_line(k8s_cluster: None, tmp_path: Path) -> None:
     """The local overlay with one invalid field, in a namespace of its own: the apply fails with kubectl's line."""
     copy = tmp_path / "k8s"
     shutil.copytree(ROOT / "k8s", copy)
@@ -338,7 +339,7 @@ def test_a_manifest_that_does_not_apply_fails_with_one_line(cluster: None, tmp_p
     assert message.startswith("`kubectl apply -k ") and "replicas" in message and "\n" not in message, message
 
 
-def test_a_missing_image_fails_with_one_line(cluster: None) -> None:
+def test_a_missing_image_fails_with_one_line(k8s_cluster: None) -> None:
     kubectl("-n", "default", "delete", "pod", "missing-image", "--ignore-not-found", "--wait=true")
     kubectl("-n", "default", "run", "missing-image", "--image=localhost/recluster:missing", "--image-pull-policy=Never")
     try:
