@@ -74,9 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         if fixtures & SERVICE_FIXTURES or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.needs_services)
-        group = _worker_group(item, fixtures)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        _check_worker_scope(item, fixtures)
     if config.getoption("--quick"):
         slow = [item for item in items if item.get_closest_marker("needs_services")]
         if slow:
@@ -84,24 +82,54 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [item for item in items if not item.get_closest_marker("needs_services")]
 
 
-SHARED_ONE_AT_A_TIME = {"broker": "kafka-broker", "cluster": "spark-cluster"}
-"""Fixtures whose service one worker starts for all the tests that use it (`--dist loadgroup`): one Kafka broker,
-one standalone Spark cluster in the run, not one per worker."""
+SHARED_SERVICE_FILES = {
+    "tests/test_kafka.py": "kafka-broker",
+    "tests/test_kafka_groups.py": "kafka-broker",
+    "tests/test_kafka_security.py": "kafka-broker",
+    "tests/test_kafka_spark_source.py": "kafka-broker",
+    "tests/reliability/test_kafka_faults.py": "kafka-broker",
+    "tests/test_cluster.py": "spark-cluster",
+    "tests/test_cluster_demo.py": "spark-cluster",
+}
+"""The files whose tests share one service between them: pytest-xdist runs each group on one worker, so the run
+starts one Kafka broker and one standalone Spark cluster at a time, not one per worker."""
 
 
-def _worker_group(item: pytest.Item, fixtures: set[str]) -> str | None:
-    """The pytest-xdist group of a test (`./dev test` runs `-n auto --dist loadgroup`): the tests of a shared service
-    together, the tests of a module with a module-scoped fixture together (it is made once, not once per worker);
-    None for the others, which go to whichever worker is free."""
-    for fixture, group in SHARED_ONE_AT_A_TIME.items():
-        if fixture in fixtures:
-            return group
-    if item.get_closest_marker("spark_cluster"):
-        return SHARED_ONE_AT_A_TIME["cluster"]
-    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-    if any(d.scope in ("module", "package") for defs in definitions.values() for d in defs):
-        return item.nodeid.split("::")[0]
-    return None
+def _worker_scope(nodeid: str) -> str:
+    """What runs on one worker (`./dev test` runs a worker per core): a shared service's files together, else a
+    file's tests together (its module-scoped fixtures are made once)."""
+    path = nodeid.split("::", 1)[0]
+    return SHARED_SERVICE_FILES.get(path, path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The full run's scheduler: pytest-xdist's scope scheduling on `_worker_scope` (its `--dist loadgroup` marks
+    are lost on pytest 9, whose node ids it cannot suffix). The quick run keeps the default: test by test."""
+    if config.getoption("--quick"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServiceScopes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _worker_scope(nodeid)
+
+    return ServiceScopes(config, log)
+
+
+def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
+    """A test of the Kafka broker or of a standalone cluster outside SHARED_SERVICE_FILES would start a second one
+    on another worker: refuse the run until it is listed."""
+    needs = (
+        "kafka-broker"
+        if "broker" in fixtures
+        else "spark-cluster"
+        if item.get_closest_marker("spark_cluster")
+        else None
+    )
+    if needs is not None and _worker_scope(item.nodeid) != needs:
+        raise pytest.UsageError(
+            f"{item.nodeid} uses the {needs}: list its file in SHARED_SERVICE_FILES (tests/conftest.py)"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from tests.helpers import cli_environment, random_batches, row_multiset, wait_fo
 from tests.s3_server import S3Server
 from tests.spark_cluster import Cluster, cluster_config, standalone_cluster, ui_json
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster]
 
 WORKERS = 2
 
