@@ -58,7 +58,9 @@ def starting_versions(tables: Sequence[TableSettings], settings: Settings) -> di
 def record_estimates(handler: ReclusterHandler, tables: Sequence[TableSettings]) -> None:
     """Estimate each watched table once, in the background, after the tables' first load : the status
     shows the projection against what happens since."""
-    handler.loaded.wait()
+    while not handler.loaded.wait(0.5):
+        if handler.stopping.is_set():
+            return
     for table in tables:
         if handler.stopping.is_set():
             return
@@ -120,7 +122,11 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
     check_checkpoint_location(stream.checkpoint_location)
     handler = ReclusterHandler(settings, tables, spark)
     threading.Thread(target=handler.load_tables, name="recluster-load", daemon=True).start()
-    threading.Thread(target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True).start()
+    estimating = threading.Thread(
+        target=record_estimates, args=(handler, tables), name="recluster-estimate", daemon=True
+    )
+    handler.background.append(estimating)  # joined by a graceful stop: its calibration leaves no temporary directory
+    estimating.start()
     query = (
         events.writeStream.foreachBatch(handler)
         .option("checkpointLocation", stream.checkpoint_location)
@@ -133,15 +139,15 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
             settings, spark, handler.tables.listed, handler.take_up_found, handler.let_go, tables_file
         )
         handler.discovery = discovery
+        threads = [threading.Thread(target=discover, args=(handler, discovery, query), name="recluster-discovery")]
         if discovery.leases is not None:
             discovery.leases.beat()  # a lease root that cannot be written fails the start, in one line
             leases = discovery.leases
-            handler.background.append(threading.Thread(target=beat, args=(handler, leases), name="recluster-leases"))
-        discovering = threading.Thread(target=discover, args=(handler, discovery, query), name="recluster-discovery")
-        handler.background.append(discovering)
-        for thread in handler.background:
+            threads.append(threading.Thread(target=beat, args=(handler, leases), name="recluster-leases"))
+        for thread in threads:
             thread.daemon = True
             thread.start()
+        handler.background.extend(threads)
     return query, handler
 
 

@@ -63,8 +63,8 @@ class ReclusterHandler:
         self.discovery: JobDiscovery | None = None
         """The job's discovery when it has catalogs or roots to look in (docs/discovery.md)."""
         self.background: list[threading.Thread] = []
-        """Threads that stop on `stopping` (discovery, heartbeats): joined by a graceful stop, so none is inside a
-        store call while the interpreter exits."""
+        """Threads that stop on `stopping` (the estimates, discovery, heartbeats): joined by a graceful stop, so none
+        is inside a store call or a calibration while the interpreter exits."""
 
     @property
     def tracked(self) -> dict[str, TrackedTable]:
