@@ -157,6 +157,16 @@ def _service(name: str) -> None:
         pytest.fail(f"the quick run (--quick) starts no {name}: mark the test @pytest.mark.needs_services")
 
 
+def _installed_service(name: str, missing: str | None) -> None:
+    """`_service`, and a service whose install is `missing` fails the test in CI (a real component never skipped
+    there) and skips it elsewhere."""
+    _service(name)
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: {missing}")
+        pytest.skip(missing)
+
+
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """moto_server, one for the session (tests/s3_server.py)."""
@@ -168,12 +178,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """Apache Kafka, one broker for the session (tests/test_kafka*.py, tests/reliability)."""
-    _service("Kafka broker")
-    missing = kafka_missing()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: {missing}")
-        pytest.skip(missing)
+    _installed_service("Kafka broker", kafka_missing())
     server = Broker(tmp_path_factory.mktemp("kafka"))
     server.start()
     yield server
@@ -183,12 +188,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 @pytest.fixture(scope="session")
 def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metastore]:
     """The standalone Hive Metastore (Thrift, embedded Derby), one per worker (tests/hive_metastore)."""
-    _service("Hive Metastore")
-    missing = metastore_missing()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: {missing}")
-        pytest.skip(missing)
+    _installed_service("Hive Metastore", metastore_missing())
     server = Metastore(tmp_path_factory.mktemp("metastore"))
     server.start()
     yield server
@@ -198,12 +198,7 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metastore]:
 @pytest.fixture(scope="module")
 def catalog_referee(metastore: Metastore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
     """Delta Spark whose session catalog is the Hive Metastore: it registers the tables discovery finds."""
-    _service("Delta Spark referee")
-    missing = referee_missing()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: {missing}")
-        pytest.skip(missing)
+    _installed_service("Delta Spark referee", referee_missing())
     server = Referee(tmp_path_factory.mktemp("catalog-referee"), conf=metastore.spark_conf())
     yield server
     server.stop()
@@ -212,12 +207,7 @@ def catalog_referee(metastore: Metastore, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="session")
 def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
     """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py)."""
-    _service("Delta Spark referee")
-    missing = referee_missing()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: {missing}")
-        pytest.skip(missing)
+    _installed_service("Delta Spark referee", referee_missing())
     server = Referee(tmp_path_factory.mktemp("referee"))
     yield server
     server.stop()
