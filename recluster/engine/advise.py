@@ -39,9 +39,9 @@ from recluster.core.errors import TableError
 from recluster.core.estimate.projection import MB
 from recluster.core.key_bounds import bound_to_json
 from recluster.core.keys import ClusterKey, KeyColumn
-from recluster.delta.snapshot import arrow_schema, liquid_clustering_columns, open_table, resolve_cluster_key
+from recluster.delta.snapshot import arrow_schema, load_snapshot, resolve_cluster_key
 from recluster.delta.storage import file_location, normalize_uri, table_filesystem
-from recluster.engine.api import read_snapshot, set_cluster_key, storage_options_for
+from recluster.engine.api import open_checked_table, set_cluster_key, storage_options_for
 from recluster.engine.estimate import estimate_table
 from recluster.engine.event_logs import EventLogError, EventLogProblem, event_log_files, read_events
 from recluster.merge.curve_column import CurveSpec, curve_column
@@ -238,12 +238,10 @@ def advise_table(
     sample_rows: int = SAMPLE_ROWS,
     cost: bool = True,
 ) -> TableAdvice:
-    options = storage_options_for(settings, uri)
-    table = open_table(uri, options)
-    current = resolve_cluster_key(table, None, uri, keyless=True, liquid=liquid_clustering_columns(table, uri, options))
+    table, current, options = open_checked_table(uri, settings=settings, keyless=True)
+    snapshot = load_snapshot(table, current, uri=uri, storage_options=options)  # the table opened once
     used = workload.column_use()
     columns = _key_columns(table, uri, sorted({*used, *current.names}))
-    snapshot = read_snapshot(uri, settings=settings, keyless=True)
     blocks = list(snapshot.blocks)
     rows = sum(b.rows for b in blocks)
     files_after = files_for(rows, target_rows)
