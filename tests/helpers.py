@@ -419,9 +419,15 @@ def start_watch(
     command += ["--checkpoint", str(checkpoint), "--trigger-seconds", str(trigger_seconds)]
     command += ["--starting-version", "earliest", "--set", f"clustering.target_rows={target_rows}"]
     command += ["--set", "spark.master=local[1]", "-v"]
+    return start_logged(command, log, env)
+
+
+def start_logged(command: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`command` (a recluster command line) as a subprocess in its own process group, from the repository root,
+    its output appended to `log`."""
     with log.open("ab") as output:
         return subprocess.Popen(
-            command,
+            list(command),
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -21,7 +21,7 @@ import yaml
 from deltalake import write_deltalake
 
 from recluster.delta.log_writer import set_table_properties
-from tests.helpers import ROOT, cli_environment, stop_watch, wait_for
+from tests.helpers import start_logged, stop_watch, wait_for
 from tests.hive_metastore import Metastore
 from tests.referee import Referee
 from tests.spark_cluster import free_port
@@ -92,15 +92,7 @@ def test_a_catalog_database_is_watched_with_its_inherited_settings(
         )
     )
     log = tmp_path / "watch.log"
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=ROOT,
-            env=cli_environment(),
-        )
+    process = start_logged([sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"], log)
     try:
         found = statuses_when(port, lambda s: set(s) == enabled, f"the {len(enabled)} enabled tables", process)
         database = "database spark_catalog.shop"

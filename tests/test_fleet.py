@@ -27,12 +27,11 @@ from deltalake import DeltaTable
 from recluster.delta.log import PRODUCER, PRODUCER_KEY
 from recluster.delta.storage import log_versions, read_log_actions
 from tests.helpers import (
-    ROOT,
     append_clustered,
-    cli_environment,
     descendants,
     kill_tree,
     row_multiset,
+    start_logged,
     wait_for,
 )
 from tests.s3_server import S3Server
@@ -63,15 +62,7 @@ def start_job(tmp_path: Path, name: str, s3: S3Server, lake: str, leases: str) -
         )
     )
     log = tmp_path / f"{name}.log"
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=ROOT,
-            env=cli_environment(),
-        )
+    process = start_logged([sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"], log)
     return process, port
 
 
