@@ -20,6 +20,7 @@ from tests.hive_metastore import Metastore, metastore_missing
 from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars
 from tests.referee import Referee, referee_missing
 from tests.s3_server import S3Server, moto_server
+from tests.spark_archive import use_archive
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -44,6 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--quick"):
         _stub_service_programs(Path(tempfile.mkdtemp(prefix="recluster-quick-")))
+    elif not hasattr(config, "workerinput"):  # xdist's workers inherit the controller's environment
+        use_archive()
 
 
 def _stub_service_programs(root: Path) -> None:

@@ -1,0 +1,65 @@
+"""A class-data-sharing archive of the Spark driver JVM, for the tests only (docs/getting-started.md#test-time).
+
+The suite starts a Spark driver JVM some hundred times (every `recluster watch` subprocess, the shared session of
+each worker). Most of a JVM's start is loading and linking Spark's classes; an archive of them, dumped once from a
+real job (`recluster demo` for a few seconds), cuts a watch's time to its first round from about 18 s to 13 s here.
+The archive is used through `SPARK_SUBMIT_OPTS`, which Spark's launcher adds to the driver's java command line only,
+so the Kafka broker, the metastore and the executors of a standalone cluster are untouched; the referee, on another
+Spark, has it removed (tests/referee). A missing, stale or foreign archive is ignored by the JVM without a word: its
+CDS logging is off, since the driver's stdout may be a protocol channel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pyspark
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHIVES = Path(os.environ.get("RECLUSTER_VENV", ROOT / ".venv")) / "spark-archive"
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+"""The JVM otherwise prints a warning on stdout when it cannot use the archive."""
+TRAINING_SECONDS = 12
+
+
+def archive_path() -> Path:
+    """The archive of this Java and this pyspark: both change the classes, and the JVM checks the class path."""
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
+    jars = sorted(os.listdir(Path(pyspark.__file__).parent / "jars"))
+    key = hashlib.sha256("\n".join([java, pyspark.__version__, *jars]).encode()).hexdigest()[:16]
+    return ARCHIVES / f"driver-{key}.jsa"
+
+
+def build_archive(path: Path) -> None:
+    """Dump the classes a short `recluster demo` loaded into `path` (about 25 s, once per Java and pyspark)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="recluster-archive-") as work:
+        dumped = Path(work) / "driver.jsa"
+        environment = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={dumped} {QUIET}"}
+        command = [sys.executable, "-m", "recluster.cli", "demo", "--path", str(Path(work) / "demo")]
+        command += ["--seconds", str(TRAINING_SECONDS), "--interval", "1", "--set", "spark.master=local[1]"]
+        subprocess.run(command, env=environment, cwd=work, capture_output=True, check=True, timeout=300)
+        if not dumped.exists():
+            raise RuntimeError(f"the driver JVM dumped no class archive at {dumped}")
+        shutil.move(dumped, path.with_suffix(".tmp"))
+        os.replace(path.with_suffix(".tmp"), path)  # whole or absent: a concurrent run never maps half a file
+
+
+def use_archive() -> str:
+    """Build the archive when missing and set `SPARK_SUBMIT_OPTS` to use it, for this process and its children;
+    returns the option string."""
+    path = archive_path()
+    if not path.exists():
+        build_archive(path)
+    options = f"-XX:SharedArchiveFile={path} {QUIET}"
+    os.environ["SPARK_SUBMIT_OPTS"] = options
+    return options
+
+
+__all__ = ["QUIET", "archive_path", "build_archive", "use_archive"]
