@@ -142,17 +142,34 @@ def test_three_jobs_share_a_root_and_take_over_a_killed_jobs_tables(s3: S3Server
             timeout=60,
         )
         assert all(len((status(p) or {})["fleet"]["jobs"]) == JOBS for p in ports)
+        owners = list(shares[0] or [])
         appender.start()
-        time.sleep(30)
+        appending = time.monotonic()
+        before = {uri: max(log_versions(uri, options)) for uri in uris}
+        wait_for(
+            lambda: merged_in_each(owners, before, options),
+            "a merge by each job on a table it owns, while appends arrive",
+            jobs[0][0],
+            timeout=180,
+        )
+        print(f"a merge by each job {time.monotonic() - appending:.1f} s after the appends began")
         memory = {f"job{i}": _rss_mb(process) for i, (process, _) in enumerate(jobs)}
         print(f"resident memory (MB, the driver and its JVM): {memory}")
         killed = time.monotonic()
         kill_tree(jobs[-1][0])
+        orphaned = owners[-1]
         wait_for(lambda: settled(ports[:-1]), "the killed job's tables owned by the others", jobs[0][0], timeout=120)
         takeover = time.monotonic() - killed
         print(f"takeover after kill -9: {takeover:.1f} s (ttl {TTL:.0f} s): {sorted(map(len, shares[0] or []))}")
         assert takeover < 60
-        time.sleep(15)
+        taken = {uri: max(log_versions(uri, options)) for uri in orphaned}
+        wait_for(
+            lambda: merged_in_each([orphaned], taken, options),
+            "a merge by a survivor on a table the killed job owned",
+            jobs[0][0],
+            timeout=180,
+        )
+        print(f"a survivor's merge on a taken-over table {time.monotonic() - killed - takeover:.1f} s after takeover")
     finally:
         stop_appends.set()
         if appender.is_alive():
@@ -174,6 +191,17 @@ def test_three_jobs_share_a_root_and_take_over_a_killed_jobs_tables(s3: S3Server
     merged = sum(1 for uri in uris for v in log_versions(uri, options) if _ours(uri, v, options))
     print(f"our commits over the run: {merged}")
     assert merged > 0
+
+
+def merged_in_each(shares: list[set[str]], since: dict[str, int], options: dict[str, str]) -> bool:
+    """Whether each share holds a table with a commit of ours after its version in `since` (a table has one owner
+    at a time, so that owner made it)."""
+    time.sleep(1)  # one listing of each table's log a second, not 20
+    return all(any(_ours_after(uri, since[uri], options) for uri in share) for share in shares)
+
+
+def _ours_after(uri: str, version: int, options: dict[str, str]) -> bool:
+    return any(_ours(uri, v, options) for v in log_versions(uri, options) if v > version)
 
 
 def _ours(uri: str, version: int, options: dict[str, str]) -> bool:
