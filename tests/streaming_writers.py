@@ -135,14 +135,51 @@ def shadow_rows(referee: Referee, table: Path, shadow: Path, dml: list[dict[str,
     return referee.read(shadow)
 
 
+def writer_commits_after_rewrites(table: Path, rewrites: int) -> int:
+    """The streaming writer's commits after the `rewrites`-th commit of ours (0 while there are fewer of ours)."""
+    ours = 0
+    after = 0
+    for actions in log_commits(table):
+        info = commit_info(actions)
+        if ours >= rewrites and info.get("operation") == "STREAMING UPDATE":
+            after += 1
+        elif ours < rewrites and info.get("recluster.producer") == "recluster":
+            ours += 1
+    return after
+
+
+def wait_for_rewrites_survived(
+    table: Path, events: Path, writer: subprocess.Popen[bytes], rewrites: int, seconds: float
+) -> None:
+    """Until the table has `rewrites` commits of ours followed by two of the writer's, and a DML statement was
+    tried (committed or not), or `seconds` passed or the writer exited: what a run must have seen to say the
+    writer survives our rewrites beside DML."""
+    deadline = time.monotonic() + seconds
+    while writer.poll() is None and time.monotonic() < deadline:
+        tried = any(e["event"] == "statement" for e in events_of(events))
+        if tried and writer_commits_after_rewrites(table, rewrites) >= 2:
+            return
+        time.sleep(1)
+
+
 def run_writers(
-    mode: str, seconds: float, work: Path, *, rate: int = RATE, trigger_seconds: float = TRIGGER_SECONDS
+    mode: str,
+    seconds: float,
+    work: Path,
+    *,
+    rate: int = RATE,
+    trigger_seconds: float = TRIGGER_SECONDS,
+    referee: Referee | None = None,
+    until_rewrites: int = 0,
 ) -> WritersRun:
     """One run (see the module's docstring) in `work`; `mode` is `recluster` (its job triggered every
-    `trigger_seconds`) or `optimize`."""
-    table, events, go = work / "table", work / "events.jsonl", work / "go"
+    `trigger_seconds`) or `optimize`. The rows are checked by `referee` (default: one started for the check).
+    With `until_rewrites`, the writer stops as soon as it committed twice after that many rewrites of ours and a DML
+    statement was tried (within `seconds` at most)."""
+    table, events, go, stop = work / "table", work / "events.jsonl", work / "go", work / "stop"
     command = [str(REFEREE_PYTHON), str(SPARK_SIDE), "--jars", str(REFEREE_JARS), "--table", str(table)]
     command += ["--checkpoint", str(work / "writer-checkpoint"), "--events", str(events), "--go", str(go)]
+    command += ["--stop", str(stop)]
     command += ["--seconds", str(seconds), "--rate", str(rate), "--dml-every", str(DML_EVERY)]
     if mode == "optimize":
         command += ["--optimize-every", str(OPTIMIZE_EVERY)]
@@ -161,6 +198,9 @@ def run_writers(
             wait_for_watching(watch, watch_log)
         print(f"{mode}: writing for {seconds:.0f} s", file=sys.stderr, flush=True)
         go.touch()
+        if until_rewrites:
+            wait_for_rewrites_survived(table, events, writer, until_rewrites, seconds)
+            stop.touch()
         if writer.wait(timeout=seconds + STARTUP_SECONDS) != 0:
             raise RuntimeError(f"the Delta Spark side exited with {writer.returncode}: see {spark_log}")
     finally:
@@ -168,10 +208,12 @@ def run_writers(
             writer.kill()
         if watch is not None:
             stop_watch(watch, watch_log)
-    return measured(mode, seconds, work, created, rate)
+    return measured(mode, seconds, work, created, rate, referee)
 
 
-def measured(mode: str, seconds: float, work: Path, created: int, rate: int) -> WritersRun:
+def measured(
+    mode: str, seconds: float, work: Path, created: int, rate: int, referee: Referee | None = None
+) -> WritersRun:
     table = work / "table"
     events = events_of(work / "events.jsonl")
     commits = log_commits(table)
@@ -189,13 +231,17 @@ def measured(mode: str, seconds: float, work: Path, created: int, rate: int) -> 
     started = next(e for e in events if e["event"] == "writing")
     stopped = next(e for e in events if e["event"] == "stopped")
     writer_failed = next((e for e in events if e["event"] == "writer_failed"), None)
-    (work / "referee").mkdir()
-    referee = Referee(work / "referee")
+    if referee is None:
+        (work / "referee").mkdir()
+        checker = Referee(work / "referee")
+    else:
+        checker = referee
     try:
-        read = referee.read(table)
-        expected = shadow_rows(referee, table, work / "shadow", [e for e in dml if e["ok"]], rate)
+        read = checker.read(table)
+        expected = shadow_rows(checker, table, work / "shadow", [e for e in dml if e["ok"]], rate)
     finally:
-        referee.stop()
+        if referee is None:
+            checker.stop()
     columns = sorted(read.column_names)
     lost_to_rewrites = sum(1 for e in failed_dml if e["winner"] == rewriter)
     lost_to_writer = sum(1 for e in failed_dml if e["winner"] == "STREAMING UPDATE")

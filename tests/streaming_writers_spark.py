@@ -2,11 +2,12 @@
 python (pyspark 4.2, Delta Spark 4.4: `./dev referee`); it imports nothing of recluster's.
 
 Creates a `CLUSTER BY (a, b)` table, waits for the go file (the driver starts `recluster watch` first), then for
-`--seconds`: a Structured Streaming query appends rate-source rows every second (`writeStream.format("delta")`),
-with keys that drift over time; DELETE, UPDATE and MERGE in turn every `--dml-every` seconds, each on a range of
-rows already written (so that its effect does not depend on when it ran: the driver replays the ones that
-committed on a table nobody rewrites); with `--optimize-every`, Delta's `OPTIMIZE` every so many seconds. Every
-statement's outcome and the query's state are events, one JSON object a line, in `--events`.
+`--seconds` (or until the `--stop` file appears): a Structured Streaming query appends rate-source rows every
+second (`writeStream.format("delta")`), with keys that drift over time; DELETE, UPDATE and MERGE in turn every
+`--dml-every` seconds, each on a range of rows already written (so that its effect does not depend on when it ran:
+the driver replays the ones that committed on a table nobody rewrites); with `--optimize-every`, Delta's `OPTIMIZE`
+every so many seconds. Every statement's outcome and the query's state are events, one JSON object a line, in
+`--events`.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def main() -> None:
     parser.add_argument("--events", required=True, type=Path)
     parser.add_argument("--go", required=True, type=Path)
     parser.add_argument("--seconds", type=float, default=300)
+    parser.add_argument("--stop", type=Path, help="stop writing once this file exists (before --seconds are up)")
     parser.add_argument("--rate", type=int, default=1000, help="rows a second")
     parser.add_argument("--dml-every", type=float, default=5)
     parser.add_argument("--dml-rows", type=int, default=2000)
@@ -181,7 +183,7 @@ def main() -> None:
         loop.start()
     deadline = time.monotonic() + args.seconds
     failed = None
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (args.stop and args.stop.exists()):
         time.sleep(1)
         if not query.isActive:
             failed = query.exception()
