@@ -9,7 +9,6 @@ import json
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 from recluster.core.errors import TableError
 from recluster.engine.advise import read_scans, table_uri
 from tests.event_log_files import execution, lz4_java
-from tests.helpers import row_multiset, run_cli
+from tests.helpers import main_json, row_multiset, run_main
 from tests.referee import REFEREE_JARS, REFEREE_PYTHON, Referee, referee_environment
 
 pytestmark = [pytest.mark.needs_services, pytest.mark.slow]
@@ -98,23 +97,23 @@ def files_read(referee: Referee, statements: list[str], table: Path) -> int:
     return total
 
 
-def advise(*arguments: Any) -> dict[str, Any]:
-    result = run_cli("advise", *arguments, "--json", "--set", f"clustering.target_rows={TARGET_ROWS}", check=True)
-    advice: dict[str, Any] = json.loads(result.stdout)
-    return advice
+def run_command(capsys: pytest.CaptureFixture[str], *arguments: str | Path) -> None:
+    """`recluster ARGUMENTS` in this process (no interpreter started per command); it must exit 0."""
+    code, _, err = run_main(capsys, *arguments)
+    assert code == 0, err
 
 
-def test_advise_ranks_the_most_used_column_first_and_its_predicted_factor_holds(referee, tmp_path) -> None:
+def test_advise_ranks_the_most_used_column_first_and_its_predicted_factor_holds(referee, tmp_path, capsys) -> None:
     table = tmp_path / "events"
     rows = make_table(table)
     settings = ("--set", f"clustering.target_rows={TARGET_ROWS}")
-    run_cli("sql", f"ALTER TABLE '{table}' CLUSTER BY (b)", check=True)
-    run_cli("run", table, "--final", *settings, check=True)  # clustered on the wrong column
+    run_command(capsys, "sql", f"ALTER TABLE '{table}' CLUSTER BY (b)")
+    run_command(capsys, "run", table, "--final", *settings)  # clustered on the wrong column
     logs = write_event_logs(table, tmp_path)
     assert {p.suffix for p in logs.rglob("*") if p.is_file()} >= {".zstd", ".lz4", ".snappy"}
     statements = [s for application in queries(table) for s in application]
 
-    advice = advise(logs, "--apply", "--no-cost")
+    advice = main_json(capsys, "advise", logs, "--apply", "--no-cost", *settings)
     assert advice["problems"] == [] and len(advice["tables"]) == 1, advice["problems"]
     found = advice["tables"][0]
     assert found["table"] == str(table) and found["queries"] == 27, found
@@ -127,7 +126,7 @@ def test_advise_ranks_the_most_used_column_first_and_its_predicted_factor_holds(
     assert found["now_files_read"] == pytest.approx(found["observed_files_read"], rel=0.05)
 
     before = found["observed_files_read"] * found["queries"]  # Delta Spark's own scan metrics, in the logs
-    run_cli("run", table, "--final", *settings, check=True)  # reclustered on the advice
+    run_command(capsys, "run", table, "--final", *settings)  # reclustered on the advice
     after = files_read(referee, statements, table)
     measured = before / after
     assert measured == pytest.approx(found["predicted_factor"], rel=0.25), (before, after, found)
