@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from tests.driver_jvm import start_drivers_fast
 from tests.helpers import QUICK_LOG
 from tests.hive_metastore import Metastore, metastore_missing
 from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars
 from tests.referee import Referee, referee_missing
 from tests.s3_server import S3Server, moto_server
-from tests.spark_archive import use_archive
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--quick"):
         _stub_service_programs(Path(tempfile.mkdtemp(prefix="recluster-quick-")))
     elif not hasattr(config, "workerinput"):  # xdist's workers inherit the controller's environment
-        use_archive()
+        start_drivers_fast()
 
 
 def _stub_service_programs(root: Path) -> None:

@@ -42,7 +42,7 @@ def referee_environment(
     conf: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of a process of the referee's python that starts a session with `server.session`."""
-    # SPARK_SUBMIT_OPTS: the tests' class archive (tests/spark_archive.py) is of the other Spark's classes
+    # SPARK_SUBMIT_OPTS: the tests' driver options (tests/driver_jvm.py) hold an archive of the other Spark's classes
     leave_out = ("PYSPARK_", "SPARK_HOME", "SPARK_SUBMIT_OPTS", "PYTHONPATH")
     environment = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
     environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")

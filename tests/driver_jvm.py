@@ -1,12 +1,15 @@
-"""A class-data-sharing archive of the Spark driver JVM, for the tests only (docs/getting-started.md#test-time).
+"""How the tests start Spark driver JVMs fast (docs/getting-started.md#test-time): a class-data-sharing archive
+and the client compiler only. Tests only: the job itself runs for hours, where neither matters.
 
-The suite starts a Spark driver JVM some hundred times (every `recluster watch` subprocess, the shared session of
-each worker). Most of a JVM's start is loading and linking Spark's classes; an archive of them, dumped once from a
-real job (`recluster demo` for a few seconds), cuts a watch's time to its first round from about 18 s to 13 s here.
-The archive is used through `SPARK_SUBMIT_OPTS`, which Spark's launcher adds to the driver's java command line only,
-so the Kafka broker, the metastore and the executors of a standalone cluster are untouched; the referee, on another
-Spark, has it removed (tests/referee). A missing, stale or foreign archive is ignored by the JVM without a word: its
-CDS logging is off, since the driver's stdout may be a protocol channel.
+The suite starts a Spark driver JVM about a hundred times (every `recluster watch` subprocess, the shared session of
+each worker), and on two shared cores most of each start is loading Spark's classes and compiling them twice. An
+archive of the classes, dumped once from a real job (`recluster demo` for a few seconds), skips the loading;
+`-XX:TieredStopAtLevel=1` stops at the quick compiler, whose code is plenty for the tests' small tables. A local
+session and one small job: 41-48 s wall with neither, 23-26 s with the archive, 13-15 s with both, on this machine
+under load (two runs each). The options go through `SPARK_SUBMIT_OPTS`, which Spark's launcher adds to the driver's
+java command line only: the Kafka broker, the metastore and a standalone cluster's executors are untouched, and the
+referee, on another Spark, has them removed (tests/referee). A missing, stale or foreign archive is ignored by the
+JVM without a word: its CDS logging is off, since the driver's stdout may be a protocol channel.
 """
 
 from __future__ import annotations
@@ -51,15 +54,17 @@ def build_archive(path: Path) -> None:
         os.replace(path.with_suffix(".tmp"), path)  # whole or absent: a concurrent run never maps half a file
 
 
-def use_archive() -> str:
-    """Build the archive when missing and set `SPARK_SUBMIT_OPTS` to use it, for this process and its children;
-    returns the option string."""
+def start_drivers_fast() -> str:
+    """Build the archive when missing and set `SPARK_SUBMIT_OPTS` to use it and the quick compiler, for this process
+    and its children; returns the option string (empty without Java)."""
+    if shutil.which("java") is None:
+        return ""  # no JVM at all: the service fixtures say so, each in its own words
     path = archive_path()
     if not path.exists():
         build_archive(path)
-    options = f"-XX:SharedArchiveFile={path} {QUIET}"
+    options = f"-XX:SharedArchiveFile={path} -XX:TieredStopAtLevel=1 {QUIET}"
     os.environ["SPARK_SUBMIT_OPTS"] = options
     return options
 
 
-__all__ = ["QUIET", "archive_path", "build_archive", "use_archive"]
+__all__ = ["QUIET", "archive_path", "build_archive", "start_drivers_fast"]
