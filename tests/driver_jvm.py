@@ -47,7 +47,10 @@ def build_archive(path: Path) -> None:
         environment = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={dumped} {QUIET}"}
         command = [sys.executable, "-m", "recluster.cli", "demo", "--path", str(Path(work) / "demo")]
         command += ["--seconds", str(TRAINING_SECONDS), "--interval", "1", "--set", "spark.master=local[1]"]
-        subprocess.run(command, env=environment, cwd=work, capture_output=True, check=True, timeout=300)
+        print(f"dumping the Spark driver's classes into {path} (once per Java and pyspark)", file=sys.stderr)
+        done = subprocess.run(command, env=environment, cwd=work, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"recluster demo, run to dump the driver's classes, failed:\n{done.stderr[-3000:]}")
         if not dumped.exists():
             raise RuntimeError(f"the driver JVM dumped no class archive at {dumped}")
         shutil.move(dumped, path.with_suffix(".tmp"))
