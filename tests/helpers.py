@@ -443,8 +443,17 @@ def seen_version(log: Path) -> int:
 
 def stop_watch(process: subprocess.Popen[bytes], log: Path) -> None:
     """SIGTERM to the process group: the job finishes or abandons its merge safely and exits 0."""
-    os.killpg(process.pid, signal.SIGTERM)
-    assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
+    stop_watches([(process, log)])
+
+
+def stop_watches(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """stop_watch of several processes, their graceful stops at once rather than one after another; each must
+    exit 0 (one that exited before is not signalled, and fails the same)."""
+    for process, _ in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process, log in processes:
+        assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
 
 
 def descendants(pid: int) -> list[int]:

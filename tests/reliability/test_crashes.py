@@ -20,12 +20,12 @@ from deltalake import DeltaTable
 
 from tests.helpers import (
     append_random,
-    cli_json,
     kill_tree,
+    main_json,
     recluster_commits,
     seen_version,
     start_watch,
-    stop_watch,
+    stop_watches,
     wait_for,
 )
 from tests.reliability.checks import COUNTS, assert_intact, scaled, soak
@@ -53,7 +53,7 @@ def referenced_by_any_version(table: Path) -> set[str]:
     return referenced
 
 
-def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path):
+def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path, capsys):
     table, checkpoint, markers, log = tmp_path / "events", tmp_path / "checkpoint", tmp_path / "m", tmp_path / "log"
     markers.mkdir()
     rng = np.random.default_rng(SEED)
@@ -109,9 +109,7 @@ def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path):
             wait_for(lambda output=output: "recluster table=" in output.read_text(), "both instances at work", process)
         wait_for(lambda: recluster_commits(table) > committed, "a commit after the restarts", processes[0])
     finally:
-        for process, output in zip(processes, logs, strict=True):
-            if process.poll() is None:
-                stop_watch(process, output)
+        stop_watches(list(zip(processes, logs, strict=True)))
     for output in logs:
         assert "Traceback" not in output.read_text().split("watching 1 table")[-1], output.read_text()[-3000:]
     expected = pa.concat_tables(appended)
@@ -121,7 +119,7 @@ def test_kill_9_at_seeded_points_then_restart_and_clean(tmp_path):
     orphans = our_files_on_disk(table) - referenced_by_any_version(table)
     for path in our_files_on_disk(table):
         os.utime(table / path, (1, 1))  # past the safety age
-    cleaned = cli_json("clean", table, "--safety-age-hours", "1")
+    cleaned = main_json(capsys, "clean", table, "--safety-age-hours", "1")
     assert {o["path"] for o in cleaned["orphans"]} == orphans
     assert our_files_on_disk(table) == our_files_on_disk(table) & referenced_by_any_version(table)
     assert not (our_files_on_disk(table) & orphans)
