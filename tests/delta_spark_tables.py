@@ -7,12 +7,15 @@ about 10,000 rows in a few dozen files with random keys `a`, `b` (0..99,999), a 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from deltalake import DeltaTable
 
 from recluster.settings import ClusteringSettings, Settings
@@ -147,6 +150,25 @@ def write_table(referee: Referee, location: Path, recipe: Recipe) -> str:
     for statement in recipe.after:
         referee.sql(statement.format(t=target, label=label))
     return target
+
+
+def write_tables_once(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every recipe's table, written once a run: under pytest-xdist the first worker to ask writes them into the
+    run's directory while the others wait on its lock, and every worker's tests copy them (none changes them)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        root = tmp_path_factory.mktemp("delta-spark-tables")
+    else:  # each worker's base directory is <the run's>/<worker id>
+        root = tmp_path_factory.getbasetemp().parent / "delta-spark-tables"
+        root.mkdir(exist_ok=True)
+    written = root / "written"
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes, also when writing fails
+        if not written.exists():
+            for name, recipe in RECIPES.items():
+                shutil.rmtree(root / name, ignore_errors=True)  # left half-written by a worker that failed
+                write_table(referee, root / name, recipe)
+            written.touch()
+    return {name: root / name for name in RECIPES}
 
 
 def settings_for(recipe: Recipe) -> Settings:
