@@ -218,14 +218,12 @@ def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
 
 @pytest.fixture(scope="session")
 def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every table-feature recipe's table (tests/delta_spark_tables.py), made once by Delta Spark; tests copy them."""
-    from tests.delta_spark_tables import RECIPES, write_table
+    """Every table-feature recipe's table (tests/delta_spark_tables.py), made once a run by Delta Spark (one worker
+    writes them, all share them); tests copy them."""
+    from tests.delta_spark_tables import write_tables_once
 
-    root = tmp_path_factory.mktemp("delta-spark-tables")
     referee.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
-    for name, recipe in RECIPES.items():
-        write_table(referee, root / name, recipe)
-    return {name: root / name for name in RECIPES}
+    return write_tables_once(referee, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
