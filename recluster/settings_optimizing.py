@@ -64,6 +64,9 @@ class SelfOptimizingSettings(Section):
     """Major runs when a partition has this many undersized segments."""
     full_trigger_interval_ms: int = -1
     """Full optimizing of every partition at this interval; < 0: off."""
+    target_lag_seconds: float | None = Field(None, gt=0)
+    """Time-to-clustered target: seconds from a data commit until its rows sit in files that meet the depth target.
+    The job measures the lag (p50, p95) and runs tables with a target earliest deadline first; None: no target."""
     groups: dict[str, OptimizerGroup] = Field(default_factory=lambda: {"default": OptimizerGroup()})
     """The optimizer groups by name, each one Spark FAIR scheduler pool."""
     history_location: str | None = None

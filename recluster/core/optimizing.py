@@ -41,6 +41,8 @@ class OptimizingConfig:
     major_trigger_duplicate_ratio: float
     major_trigger_undersized_count: int
     full_trigger_interval_ms: int
+    target_lag_seconds: float | None = None
+    """The time-to-clustered target (core/target_lag.py); None: no target."""
 
     @property
     def fragment_bytes(self) -> float:
@@ -67,10 +69,13 @@ PROPERTY_NAMES: Mapping[str, str] = {
     "major_trigger_duplicate_ratio": "self-optimizing.major.trigger.duplicate-ratio",
     "major_trigger_undersized_count": "self-optimizing.major.trigger.undersized-count",
     "full_trigger_interval_ms": "self-optimizing.full.trigger.interval",
+    "target_lag_seconds": "self-optimizing.target-lag-seconds",
 }
 """Table property of each config field (Amoro's names; intervals in milliseconds)."""
 
-_POSITIVE = {"quota", "target_size", "min_target_size_ratio", "major_trigger_duplicate_ratio"}
+_POSITIVE = {"quota", "target_size", "min_target_size_ratio", "major_trigger_duplicate_ratio", "target_lag_seconds"}
+_OPTIONAL_FLOAT = {"target_lag_seconds"}
+"""Fields whose default may be None: their property is a number of seconds, or `none` to turn the default off."""
 
 
 def _parse_property(name: str, kind: type, text: str) -> Any:
@@ -79,7 +84,11 @@ def _parse_property(name: str, kind: type, text: str) -> Any:
         if text.strip().lower() not in ("true", "false"):
             raise ValueError("expected true or false")
         return text.strip().lower() == "true"
+    if name in _OPTIONAL_FLOAT and text.strip().lower() == "none":
+        return None
     value = kind(text.strip())
+    if kind is float and not math.isfinite(value):
+        raise ValueError("must be a finite number")
     if name in _POSITIVE and value <= 0:
         raise ValueError("must be greater than 0")
     if name == "fragment_ratio" and value <= 1:
@@ -97,7 +106,7 @@ def optimizing_config(properties: Mapping[str, str], defaults: SelfOptimizingSet
         prop = PROPERTY_NAMES[spec.name]
         if prop not in properties:
             continue
-        kind = type(values[spec.name])
+        kind = float if spec.name in _OPTIONAL_FLOAT else type(values[spec.name])
         try:
             values[spec.name] = _parse_property(spec.name, kind, properties[prop])
         except ValueError as error:

@@ -4,6 +4,8 @@ order tables with due work run in. Pure: records in, summaries and the order out
 
 Tables are scheduled per optimizer group: `quota` (lowest quota occupation first, occupation = busy time in the
 window / (window x quota)) or `balanced` (longest since last optimized first); a table at or over its quota waits.
+Ahead of either policy, tables with a `target_lag` and unclustered commits run earliest deadline first (the deadline:
+their oldest unclustered commit's time + target_lag, `core/target_lag.py`).
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ class Candidate:
     work: ProcessType
     busy_seconds: float
     last_optimized: float | None
+    lag_deadline: float | None = None
+    """When its oldest unclustered commit misses the table's target_lag (epoch seconds); None: no target or nothing
+    pending."""
 
     def occupation(self, window_seconds: float) -> float:
         """Busy time in the window / (window x quota): 1.0 means the table used its whole quota."""
@@ -146,8 +151,9 @@ class Candidate:
 def schedule(
     candidates: Iterable[Candidate], groups: Mapping[str, OptimizerGroup], *, window_seconds: float
 ) -> tuple[list[Candidate], list[Candidate]]:
-    """(to run, in order; waiting because over quota). Per group its policy orders the tables and at most
-    `max_concurrent_tasks` of them run now; groups are interleaved so none starves another."""
+    """(to run, in order; waiting because over quota). Per group, tables with a lag deadline come first (earliest
+    first), then its policy orders the others; at most `max_concurrent_tasks` of them run now; groups are interleaved
+    so none starves another."""
     by_group: dict[str, list[Candidate]] = {}
     waiting: list[Candidate] = []
     for candidate in candidates:
@@ -162,6 +168,7 @@ def schedule(
             members.sort(key=lambda c: (c.occupation(window_seconds), c.table))
         else:
             members.sort(key=lambda c: (c.last_optimized is not None, c.last_optimized or 0.0, c.table))
+        members.sort(key=lambda c: (c.lag_deadline is None, c.lag_deadline or 0.0))  # stable: the policy breaks ties
         queues.append(members[: group.max_concurrent_tasks])
     ordered = [queue[i] for i in range(max((len(q) for q in queues), default=0)) for queue in queues if i < len(queue)]
     return ordered, waiting

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from recluster.core.optimizing import OptimizingConfig, pending_optimizing, quiet_until, table_health
 from recluster.core.scheduling import Candidate, ProcessType, TableHistory, schedule
+from recluster.core.target_lag import lag_deadline
 from recluster.delta.history import HistoryStore
 from recluster.engine.failures import FailureBook
 from recluster.engine.job_state import TrackedTable
@@ -79,6 +80,7 @@ def due_work(
             reason = str(planned.plan.tasks[0].reason)  # absorb_ratio, depth_above_..
             return DueWork(tracked.uri, config, ProcessType.RECLUSTER, reason, planned)
         tracked.pending = False
+        tracked.lag.clustered(tracked.version, now)  # within its depth target: its commits so far are clustered
     health = table_health(tracked.state.blocks, config)
     pending = pending_optimizing(health, config, past, now=now)
     tracked.quiet_until = quiet_until(health, config, past) if pending.type is None else 0.0
@@ -115,8 +117,13 @@ def schedule_pass(
         if work.kind is None:
             continue
         due[uri] = work
-        candidates.append(Candidate(uri, config.group, config.quota, work.kind, past.busy_seconds, past.last_optimized))
+        deadline = lag_deadline(table.lag, config.target_lag_seconds)
+        candidates.append(
+            Candidate(uri, config.group, config.quota, work.kind, past.busy_seconds, past.last_optimized, deadline)
+        )
     run, waiting = schedule(
         candidates, settings.self_optimizing.groups, window_seconds=settings.self_optimizing.quota_window_seconds
     )
+    for left in set(due) - {c.table for c in run} - {c.table for c in waiting}:
+        tracked[left].pending = True  # its group ran others first: looked at again next pass, new commit or not
     return SchedulePass(tuple(due[c.table] for c in run), tuple(due[c.table] for c in waiting), tuple(failed))

@@ -13,6 +13,7 @@ from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringState
 from recluster.core.outcomes import OutcomeTotals
 from recluster.core.selection.plan import Policy
+from recluster.core.target_lag import LagSummary, LagTracker
 from recluster.delta.log_state import SnapshotLog
 from recluster.delta.snapshot import TableSnapshot
 
@@ -52,6 +53,8 @@ class TableStatus:
     """The selection policy serving the table (settings, or its `recluster.policy` property)."""
     settings: tuple[EffectiveProperty, ...] = ()
     """Its effective `recluster.*` properties and where each came from (docs/discovery.md#inherited-settings)."""
+    lag: LagSummary | None = None
+    """Its time-to-clustered figures against its target_lag (core/target_lag.py)."""
 
     def __str__(self) -> str:
         levels = " ".join(f"L{s.level}={s.blocks}/{s.average_depth:.2f}/{s.threshold:.1f}" for s in self.levels)
@@ -60,6 +63,7 @@ class TableStatus:
             f"levels[blocks/avg/threshold]=({levels}) tasks={self.tasks} conflicts={self.conflicts} "
             f"written={self.bytes_written} appended={self.bytes_appended} pending={self.pending}"
         )
+        text += f" lag=({self.lag})" if self.lag else ""
         return text + (f" error_kind={self.error_kind} error={self.error!r}" if self.error else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,6 +88,7 @@ class TableStatus:
             "error": self.error,
             "error_kind": self.error_kind,
             "settings": [{"key": p.key, "value": p.value, "origin": p.origin} for p in self.settings],
+            "lag": self.lag.to_dict() if self.lag else None,
         }
 
 
@@ -113,6 +118,8 @@ class TrackedTable:
     (docs/architecture.md#the-log-state)."""
     settings: tuple[EffectiveProperty, ...] = ()
     """Its effective `recluster.*` properties and where each came from (its own, or inherited: docs/discovery.md)."""
+    lag: LagTracker = field(default_factory=LagTracker)
+    """Its foreign data commits not clustered yet and its last lags (kept on reload)."""
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(

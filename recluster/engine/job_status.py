@@ -131,6 +131,7 @@ def table_status(
     *,
     pending: bool,
     failure: TableFailure | None,
+    target_lag_seconds: float | None = None,
 ) -> TableStatus:
     """A tracked table's status: its levels against their thresholds, the totals since the job started, its error."""
     levels = tuple(
@@ -153,4 +154,5 @@ def table_status(
         error_kind=str(failure.kind) if failure else None,
         policy=bounds.policy,
         settings=tracked.settings,
+        lag=tracked.lag.summary(time.time(), target_lag_seconds),
     )

@@ -9,6 +9,7 @@ another curve reloads the table (its totals since the job started are kept).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,15 +119,18 @@ class JobTables:
         fresh = [c for c in commits if c.version > tracked.version]  # older: replayed after a restart
         foreign = [c for c in fresh if c.producer != PRODUCER]
         tracked.bytes_appended += sum(c.bytes_added for c in foreign)
+        for commit in foreign:
+            if commit.adds:  # a data commit: its rows wait for the depth target (core/target_lag.py)
+                tracked.lag.committed(commit.version, commit.timestamp / 1000 if commit.timestamp else time.time())
         applied = []
         for commit in fresh:
             changed = commit.metadata_changed or on_other_curve(commit, tracked.key)  # new bounds: no metaData
             if commit.is_gap or changed or commit.version != tracked.version + 1:
                 if commit.is_gap:
                     log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, commit.version)
-                totals, appended = tracked.totals, tracked.bytes_appended
+                totals, appended, lag = tracked.totals, tracked.bytes_appended, tracked.lag
                 tracked = self.tracked[uri] = self.track(uri, None)
-                tracked.totals, tracked.bytes_appended = totals, appended
+                tracked.totals, tracked.bytes_appended, tracked.lag = totals, appended, lag
                 break
             added = blocks_from_log_adds(commit.adds, tracked.key, tracked.partition_columns, uri, self.options(uri))
             tracked.state.apply(added, commit.removes)

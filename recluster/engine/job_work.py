@@ -78,13 +78,22 @@ def run_work(
         # A sliced absorb resumes in the next batch without waiting for a new commit.
         resume = bounds.policy is Policy.ABSORB and batch.tasks > 0
         pending = pending or resume or batch.conflicts > 0 or work.kind is not ProcessType.RECLUSTER
+        if not pending and batch.failures == 0:  # every planned task committed: the depth target is met there
+            tracked.lag.clustered(snapshot.version, time.time())
         failures.clear(tracked.uri)  # its work ran through
     tracked.pending = pending
     committed = [o.version for o in outcomes if o.status is CommitStatus.COMMITTED and o.version is not None]
     tracked.awaiting_version = max([tracked.awaiting_version, *committed])
     tracked.totals = tracked.totals + batch
     info = tracked.state.info(tracked.key)
-    status = table_status(tracked, info, bounds, pending=pending, failure=failures.get(tracked.uri))
+    status = table_status(
+        tracked,
+        info,
+        bounds,
+        pending=pending,
+        failure=failures.get(tracked.uri),
+        target_lag_seconds=work.config.target_lag_seconds,
+    )
     record = metrics_record(
         tracked.uri,
         tracked.version,

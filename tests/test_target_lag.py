@@ -1,0 +1,181 @@
+"""Time-to-clustered targets (issue 45 item 3): the lag tracker against a brute-force oracle, the setting and its
+errors, the scheduler's deadline order, and the job serving the tighter target first when its group can run only one
+table at a time (no Spark: the handler is driven directly, merges run in the process)."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recluster.core.optimizing import optimizing_config
+from recluster.core.scheduling import Candidate, ProcessType, schedule
+from recluster.core.selection.plan import Policy
+from recluster.core.target_lag import LagTracker, lag_deadline, nearest_rank
+from recluster.delta.log import SCHEMA, read_commits
+from recluster.delta.log_writer import set_table_properties
+from recluster.settings import Settings, SettingsError
+from recluster.settings_job import HttpSettings
+from recluster.settings_optimizing import OptimizerGroup, SelfOptimizingSettings
+from tests.helpers import FAST, append_random, job_settings
+
+# an operation: ("commit", version step, time step) or ("clustered", version back-off, now step)
+OPERATIONS = st.lists(
+    st.tuples(st.sampled_from(["commit", "clustered"]), st.integers(0, 3), st.floats(0, 100, allow_nan=False)),
+    max_size=60,
+)
+
+
+@FAST
+@given(OPERATIONS, st.integers(1, 8))
+def test_the_tracker_equals_a_brute_force_oracle(operations: list[tuple[str, int, float]], window: int) -> None:
+    tracker = LagTracker(window=window)
+    commits: list[tuple[int, float]] = []  # every commit ever seen
+    done: dict[int, float] = {}  # version -> its lag
+    order: list[int] = []  # versions in the order their lags were recorded
+    version, clock = 0, 0.0
+    for kind, step, seconds in operations:
+        clock += seconds
+        if kind == "commit":
+            version += step
+            tracker.committed(version, clock)
+            if not commits or version > commits[-1][0]:
+                commits.append((version, clock))
+        else:
+            upto = version - step
+            tracker.clustered(upto, clock)
+            for seen, at in commits:
+                if seen <= upto and seen not in done:
+                    done[seen] = clock - at
+                    order.append(seen)
+    now = clock + 1.0
+    pending = [now - at for seen, at in commits if seen not in done]
+    kept = [done[v] for v in order][-window:] if order else []
+    summary = tracker.summary(now, 10.0)
+    values = sorted(kept + pending)
+    expected_p95 = values[math.ceil(0.95 * len(values)) - 1] if values else None
+    assert summary.p95_seconds == expected_p95
+    assert summary.p50_seconds == (values[math.ceil(0.5 * len(values)) - 1] if values else None)
+    assert summary.pending == len(pending) and summary.clustered == len(kept)
+    assert summary.oldest_pending_seconds == (max(pending) if pending else None)
+    assert summary.met == (None if expected_p95 is None else expected_p95 <= 10.0)
+    oldest = min((at for seen, at in commits if seen not in done), default=None)
+    assert lag_deadline(tracker, 10.0) == (None if oldest is None else oldest + 10.0)
+    assert lag_deadline(tracker, None) is None
+
+
+def test_nearest_rank_percentiles() -> None:
+    assert nearest_rank([], 0.95) is None
+    assert nearest_rank([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert nearest_rank(range(1, 101), 0.95) == 95
+    assert nearest_rank([7.0], 0.95) == 7.0
+
+
+def test_the_target_comes_from_config_or_the_table_property() -> None:
+    defaults = SelfOptimizingSettings()
+    assert optimizing_config({}, defaults).target_lag_seconds is None
+    configured = SelfOptimizingSettings(target_lag_seconds=90)
+    assert optimizing_config({}, configured).target_lag_seconds == 90.0
+    prop = "self-optimizing.target-lag-seconds"
+    assert optimizing_config({prop: "30.5"}, configured).target_lag_seconds == 30.5
+    assert optimizing_config({prop: "none"}, configured).target_lag_seconds is None
+    for bad, reason in [("soon", "expected float"), ("0", "greater than 0"), ("-5", "greater than 0")]:
+        with pytest.raises(SettingsError, match=f"{prop}='{bad}': .*{reason}"):
+            optimizing_config({prop: bad}, defaults)
+    with pytest.raises(SettingsError, match="finite"):
+        optimizing_config({prop: "inf"}, defaults)
+    with pytest.raises(ValueError, match="target_lag_seconds"):
+        Settings.model_validate({"self_optimizing": {"target_lag_seconds": -1}})
+
+
+def test_tables_with_a_lag_deadline_run_first_earliest_first() -> None:
+    groups = {"g": OptimizerGroup(max_concurrent_tasks=2)}
+
+    def candidate(table: str, busy: float, deadline: float | None) -> Candidate:
+        return Candidate(table, "g", 0.5, ProcessType.RECLUSTER, busy, None, deadline)
+
+    # the quota policy alone would run idle, then light
+    tables = [candidate("idle", 0, None), candidate("light", 10, 500.0), candidate("busy", 100, 200.0)]
+    run, waiting = schedule(tables, groups, window_seconds=3600)
+    assert [c.table for c in run] == ["busy", "light"] and waiting == []
+    # over its quota a table waits, deadline or not
+    run, waiting = schedule([candidate("over", 1800, 1.0), candidate("idle", 0, None)], groups, window_seconds=3600)
+    assert [c.table for c in run] == ["idle"] and [c.table for c in waiting] == ["over"]
+
+
+class Rows:
+    """A micro-batch as the Delta-log trigger hands it to the handler (a DataFrame's collect())."""
+
+    def __init__(self, commits: list[Any]) -> None:
+        fields = [column.split()[0] for column in SCHEMA.split(", ")]
+        self.rows = [SimpleNamespace(asDict=lambda c=c: dict(zip(fields, c.row(), strict=True))) for c in commits]
+
+    def collect(self) -> list[Any]:
+        return self.rows
+
+
+def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path) -> None:
+    """Two tables appended to at the same rate, one group that runs one table per pass: the table with the tighter
+    target_lag is reclustered in every pass and meets its target at p95; the other waits and shows the larger lag.
+    The outcome does not depend on this machine's speed: the order is decided by the deadlines, and the looser
+    table's oldest commit waits through every pass."""
+    from jobs.health import HealthServer, JobProbe
+    from recluster.engine.handler import ReclusterHandler
+
+    tight, loose = tmp_path / "tight", tmp_path / "loose"
+    rng = np.random.default_rng(45)
+    for table, target in ((tight, "600"), (loose, "3600")):
+        for batch in range(2):
+            append_random(table, rng, batch)
+        set_table_properties(table, {"self-optimizing.target-lag-seconds": target})
+    settings = job_settings(tmp_path / "checkpoint", [tight, loose], Policy.LEVELS)
+    one_at_a_time = {"default": OptimizerGroup(max_concurrent_tasks=1)}
+    settings = settings.model_copy(
+        update={"self_optimizing": settings.self_optimizing.model_copy(update={"groups": one_at_a_time})}
+    )
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    for table in (tight, loose):
+        handler.tracked[str(table)] = handler.tables.track(str(table), None)
+    served = {str(tight): 0, str(loose): 0}
+    passes = 6
+    for batch in range(2, 2 + passes):
+        commits = []
+        for table in (tight, loose):
+            for _ in range(2):  # two overlapping appends: past the depth threshold, work for the table every pass
+                append_random(table, rng, batch)
+            known = handler.tracked[str(table)].version
+            commits.extend(read_commits(str(table), known + 1, _newest(table), {}))
+        before = {uri: t.totals.tasks for uri, t in handler.tracked.items()}
+        handler(Rows(commits), batch)
+        for uri, t in handler.tracked.items():
+            served[uri] += t.totals.tasks > before[uri]
+    assert served == {str(tight): passes, str(loose): 0}  # its deadline came first in every pass
+
+    probe = JobProbe(HttpSettings(port=0, host="127.0.0.1"))
+    server = HealthServer(HttpSettings(port=0, host="127.0.0.1"), probe).start()
+    try:
+        server.attach(SimpleNamespace(isActive=True, lastProgress=None, exception=lambda: None), handler)
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/status", timeout=30) as reply:
+            shown = {t["table"]: t["lag"] for t in json.load(reply)["tables"]}
+    finally:
+        server.stop()
+    first, second = shown[str(tight)], shown[str(loose)]
+    print("tight", first, "loose", second)
+    assert first["target_seconds"] == 600.0 and second["target_seconds"] == 3600.0
+    assert first["met"] is True and first["p95_seconds"] <= 600.0 and first["clustered"] >= passes
+    assert second["p95_seconds"] > first["p95_seconds"]  # the looser table is the one that lags
+    assert second["oldest_pending_seconds"] > first["p95_seconds"]
+
+
+def _newest(table: Path) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(table)).version()
