@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -48,6 +48,8 @@ class TableView:
     """Files the depth figures leave out: no usable stats for a key column, or not on the key's curve yet."""
     settings: tuple[EffectiveProperty, ...] = ()
     """Its effective `recluster.*` properties and where each came from (docs/discovery.md#inherited-settings)."""
+    lag: dict[str, Any] | None = None
+    """The job's time-to-clustered figures (docs/operations.md#time-to-clustered-target); None outside the job."""
 
     @property
     def name(self) -> str:
@@ -294,6 +296,7 @@ def render_table(view: TableView) -> str:
         ),
         *([[_e(p.key), f"{_e(p.value)} <span class=muted>({_e(p.origin)})</span>"] for p in view.settings]),
         *(estimate_facts(status["estimate"]) if status.get("estimate") else []),
+        *([["time to clustered p50 / p95 / target", lag_fact(view.lag)]] if view.lag else []),
         *([["error", f'<span class="error">{_e(view.error)}</span>']] if view.error else []),
     ]
     levels = [
@@ -334,6 +337,13 @@ def render_table(view: TableView) -> str:
     return _page(f"recluster: {view.uri}", body)
 
 
+def lag_fact(lag: dict[str, Any]) -> str:
+    verdict = {True: "met", False: "missed", None: "-"}[lag["met"]]
+    target = "none" if lag["target_seconds"] is None else f"{_number(lag['target_seconds'], 1)} s"
+    figures = f"{_number(lag['p50_seconds'], 1)} s / {_number(lag['p95_seconds'], 1)} s / {target}"
+    return f'<span class="lag">{figures} <span class="state {verdict}">{verdict}</span></span>'
+
+
 def job_views(handler: Any, only: str | None = None) -> list[TableView]:
     """The running job's tables from the view it last published (no I/O but the history it already holds): no
     lock, so a page never waits for a merge, and every table as one batch left it."""
@@ -343,7 +353,8 @@ def job_views(handler: Any, only: str | None = None) -> list[TableView]:
         if only is None or uri == only:
             status = job.statuses.get(uri)
             origins = status.settings if status is not None else ()
-            views.append(table_view(snapshot, handler.settings, handler.history, status_error(status), origins))
+            view = table_view(snapshot, handler.settings, handler.history, status_error(status), origins)
+            views.append(replace(view, lag=status.lag.to_dict() if status is not None and status.lag else None))
     for uri, status in job.statuses.items():  # tables the job could not load: their error
         error = status_error(status)
         if uri not in job.snapshots and error and (only is None or uri == only):

@@ -128,6 +128,7 @@ def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path) -> None
     The outcome does not depend on this machine's speed: the order is decided by the deadlines, and the looser
     table's oldest commit waits through every pass."""
     from jobs.health import HealthServer, JobProbe
+    from jobs.pages import job_views, render_table
     from recluster.engine.handler import ReclusterHandler
 
     tight, loose = tmp_path / "tight", tmp_path / "loose"
@@ -173,6 +174,8 @@ def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path) -> None
     assert first["met"] is True and first["p95_seconds"] <= 600.0 and first["clustered"] >= passes
     assert second["p95_seconds"] > first["p95_seconds"]  # the looser table is the one that lags
     assert second["oldest_pending_seconds"] > first["p95_seconds"]
+    (page,) = job_views(handler, str(tight))  # the table page shows the same figures
+    assert page.lag == first and '<span class="state met">met</span>' in render_table(page)
 
 
 def _newest(table: Path) -> int:

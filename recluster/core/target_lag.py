@@ -1,4 +1,4 @@
-"""Time-to-clustered per table (docs/operations.md#time-to-clustered-target_lag): how long a data commit waits until
+"""Time-to-clustered per table (docs/operations.md#time-to-clustered-target): how long a data commit waits until
 its rows sit in files that meet the table's depth target. Pure: commit times and "clustered up to version v" events
 in, the lag percentiles and the scheduling deadline out. No I/O.
 
