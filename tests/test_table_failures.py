@@ -20,7 +20,7 @@ from recluster.core.deletion_vectors import DeletionVectorError
 from recluster.core.errors import ErrorKind, StorageError, TableError
 from recluster.core.selection.plan import Policy
 from recluster.delta.log_writer import set_table_properties
-from recluster.engine.failures import FailureBook, error_kind
+from recluster.engine.backoff import FailureBook, error_kind
 from recluster.settings import CLUSTER_BY_PROPERTY
 from tests.helpers import append_random, job_settings, row_multiset, running_job, wait_for
 

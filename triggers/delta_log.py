@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 from recluster.delta.log import SCHEMA, CommitEntry, read_commits
 from recluster.delta.storage import commit_file_exists, last_checkpoint_version, normalize_uri
 from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
-from recluster.engine.failures import FailureBook
+from recluster.engine.backoff import FailureBook
 
 log = logging.getLogger(__name__)
 

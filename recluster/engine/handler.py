@@ -19,8 +19,9 @@ from recluster.core.errors import ErrorKind, TableError
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import OptimizingConfig, optimizing_config
 from recluster.delta.log import CommitEntry
+from recluster.engine.backoff import FailureBook
 from recluster.engine.discovery import FoundTable
-from recluster.engine.failures import FailureBook, failed_record, failed_status
+from recluster.engine.failures import failed_record, failed_status
 from recluster.engine.job_discovery import JobDiscovery
 from recluster.engine.job_maintenance import JobMaintenance
 from recluster.engine.job_schedule import DueWork, schedule_pass

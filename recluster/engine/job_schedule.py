@@ -15,7 +15,7 @@ from recluster.core.optimizing import OptimizingConfig, pending_optimizing, quie
 from recluster.core.scheduling import Candidate, ProcessType, TableHistory, schedule
 from recluster.core.target_lag import lag_deadline
 from recluster.delta.history import HistoryStore
-from recluster.engine.failures import FailureBook
+from recluster.engine.backoff import FailureBook
 from recluster.engine.job_state import TrackedTable
 from recluster.engine.optimizer import history_of
 from recluster.engine.planning import PlannedProcess, plan_process

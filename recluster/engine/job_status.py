@@ -18,7 +18,7 @@ from recluster.core.blocks import LEVEL_CONSTANT
 from recluster.core.metrics import ClusteringInfo
 from recluster.core.selection.plan import SelectionBounds, level_threshold
 from recluster.delta.snapshot import TableSnapshot
-from recluster.engine.failures import TableFailure
+from recluster.engine.backoff import TableFailure
 from recluster.engine.job_state import LevelStatus, TableStatus, TrackedTable
 
 

@@ -18,7 +18,7 @@ from recluster.core.selection.plan import Policy, WatermarkDecision
 from recluster.delta.history import HistoryStore
 from recluster.delta.snapshot import TableSnapshot
 from recluster.engine.api import selection_bounds
-from recluster.engine.failures import FailureBook
+from recluster.engine.backoff import FailureBook
 from recluster.engine.job_schedule import DueWork, loader_of
 from recluster.engine.job_state import TableStatus, TrackedTable
 from recluster.engine.job_status import table_status
