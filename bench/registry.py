@@ -95,6 +95,14 @@ BENCHMARKS = (
         ("fixed-cost-2026-11-24.json",),
     ),
     Benchmark(
+        "driver-start",
+        "bench.driver_start_bench",
+        "a recluster watch's start to its first round with the tests' Spark driver options (class archive, quick "
+        "compiler) against without",
+        "driver-start",
+        ("driver-start-2026-11-28.json",),
+    ),
+    Benchmark(
         "curve",
         "bench.curve_bench",
         "multi-column keys on curves against delta-rs z_order",
