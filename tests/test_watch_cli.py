@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from tests.helpers import append_random, kill_tree, recluster_commits, row_multiset, start_watch, stop_watch, wait_for
+from tests.helpers import (
+    append_random,
+    kill_tree,
+    recluster_commits,
+    row_multiset,
+    start_logged,
+    start_watch,
+    stop_watch,
+    wait_for,
+)
+from tests.spark_cluster import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_services]  # recluster watch subprocesses with local Spark
 
@@ -49,3 +64,35 @@ def test_watch_killed_restarted_and_stopped_gracefully(tmp_path):
     assert row_multiset(final.to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
     # every referenced file exists (the read above would fail otherwise) and none is referenced twice
     assert len(set(final.file_uris())) == len(final.file_uris())
+
+
+def test_sigterm_while_spark_starts_stops_the_job_gracefully(tmp_path):
+    """A pod deleted while its job starts: the signal lands after the HTTP server is up (before Spark starts), and
+    the job stops as gracefully as a running one, exit 0, once its query runs."""
+    table = tmp_path / "events"
+    appended = append_random(table, np.random.default_rng(5), 0, rows=3_000, high=10**6)
+    port = free_port()
+    command = [sys.executable, "-m", "recluster.cli", "watch", "--table", f"{table}:k", "--http-port", str(port)]
+    command += ["--checkpoint", str(tmp_path / "checkpoint"), "--set", "spark.master=local[1]"]
+    log = tmp_path / "watch.log"
+    process = start_logged(command, log)
+    try:
+        wait_for(lambda: http_answers(f"http://127.0.0.1:{port}/healthz"), "the HTTP server", process)
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            kill_tree(process)
+    assert "stopped (SIGTERM)" in log.read_text()
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(appended)
+
+
+def http_answers(url: str) -> bool:
+    """Whether a server answers at `url`, whatever its status."""
+    try:
+        urllib.request.urlopen(url, timeout=1).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from recluster.cli.common import UsageError, print_json, settings_of
 from recluster.cli.render import render_info, render_status
-from recluster.cli.watch import run_until_signal
+from recluster.cli.watch import run_until_signal, stop_signals
 from recluster.engine.api import table_info
 from recluster.settings import TableSettings, table_storage_options
 
@@ -51,31 +51,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     console = Console(stderr=True)
     console.print(f"demo table {table}: appending {args.rows:,} random-key rows every {args.interval}s")
-    spark = spark_session(settings.spark)
-    query, handler = start_job(spark, settings, settings.tables)
-    watched = normalize_uri(table)  # the job keys its tables by normalized URI (a relative path is made absolute)
-    appended = [1]
-    stop_writer = threading.Event()
+    with stop_signals() as stop:  # a Ctrl-C while Spark starts stops the demo once it runs
+        spark = spark_session(settings.spark)
+        query, handler = start_job(spark, settings, settings.tables)
+        watched = normalize_uri(table)  # the job keys its tables by normalized URI (a relative path is made absolute)
+        appended = [1]
+        stop_writer = threading.Event()
 
-    def writer() -> None:
-        while not stop_writer.wait(args.interval):
-            append_demo_batch(table, rng, args.rows, appended[0], options)
-            appended[0] += 1
+        def writer() -> None:
+            while not stop_writer.wait(args.interval):
+                append_demo_batch(table, rng, args.rows, appended[0], options)
+                appended[0] += 1
 
-    thread = threading.Thread(target=writer, name="demo-writer", daemon=True)
-    started = time.monotonic()
-    thread.start()
-    with Live(console=console, auto_refresh=False, transient=not console.is_terminal) as live:
+        thread = threading.Thread(target=writer, name="demo-writer", daemon=True)
+        started = time.monotonic()
+        thread.start()
+        with Live(console=console, auto_refresh=False, transient=not console.is_terminal) as live:
 
-        def tick() -> None:
-            status = handler.status.get(watched)
-            live.update(render_status(status, appended[0], time.monotonic() - started), refresh=True)
+            def tick() -> None:
+                status = handler.status.get(watched)
+                live.update(render_status(status, appended[0], time.monotonic() - started), refresh=True)
 
-        try:
-            run_until_signal(query, handler, args.seconds, tick)
-        finally:
-            stop_writer.set()
-            thread.join()
+            try:
+                run_until_signal(query, handler, args.seconds, tick, stop)
+            finally:
+                stop_writer.set()
+                thread.join()
     result = table_info(table, settings=settings)  # the summary: from the table's log, its whole history
     bytes_appended, bytes_written, merges = history_totals(table, options)
     summary: dict[str, Any] = {

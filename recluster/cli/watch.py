@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from recluster.cli.common import UsageError, check_kafka, print_json, settings_of, updated_section
@@ -79,37 +83,51 @@ def stream_settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def run_until_signal(query: Any, handler: Any, seconds: float | None, tick: Callable[[], None]) -> str:
-    """Serve until SIGTERM/SIGINT (or `seconds`), then stop gracefully; returns why it stopped."""
-    import signal
-    import threading
-    import time
+class StopRequest:
+    """SIGTERM or SIGINT, caught from before Spark starts until the job has stopped: a signal that lands while the
+    job starts stops it gracefully once its query runs (a pod deleted during its start leaves as cleanly as a
+    running one). A second SIGINT interrupts at once."""
 
-    from jobs.autorecluster import stop_gracefully
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reason = "time"
 
-    stop = threading.Event()
-    reason = ["time"]
+    def on_signal(self, signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT and self.event.is_set():
+            raise KeyboardInterrupt
+        self.reason = signal.Signals(signum).name
+        self.event.set()
 
-    def on_signal(signum: int, _frame: object) -> None:
-        reason[0] = signal.Signals(signum).name
-        stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    deadline = None if seconds is None else time.monotonic() + seconds
+@contextmanager
+def stop_signals() -> Iterator[StopRequest]:
+    """Catch SIGTERM and SIGINT into a StopRequest for the block; the handlers before are put back after it."""
+    request = StopRequest()
+    previous = {sig: signal.signal(sig, request.on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while query.isActive and not stop.is_set():
-            query.awaitTermination(0.5)
-            tick()
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-        if not query.isActive:
-            error = query.exception()
-            raise TableError(f"streaming query stopped: {error}" if error else "streaming query stopped")
-        stop_gracefully(query, handler)
+        yield request
     finally:
         for sig, handler_before in previous.items():
             signal.signal(sig, handler_before)
-    return reason[0]
+
+
+def run_until_signal(
+    query: Any, handler: Any, seconds: float | None, tick: Callable[[], None], stop: StopRequest
+) -> str:
+    """Serve until `stop` is requested (or `seconds`), then stop gracefully; returns why it stopped."""
+    from jobs.autorecluster import stop_gracefully
+
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while query.isActive and not stop.event.is_set():
+        query.awaitTermination(0.5)
+        tick()
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+    if not query.isActive:
+        error = query.exception()
+        raise TableError(f"streaming query stopped: {error}" if error else "streaming query stopped")
+    stop_gracefully(query, handler)
+    return stop.reason
 
 
 def start_http(settings: Settings) -> HealthServer | None:
@@ -137,23 +155,22 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if settings.stream.source == "kafka" or settings.kafka.metrics_topic:
         check_kafka(settings.kafka)  # a wrong password or an untrusted certificate: one line, nothing started
     check_checkpoint_location(settings.stream.checkpoint_location)  # before Spark starts: one clear line
-    server = start_http(settings)
-    try:
-        prepare_event_log_dir(settings)
-        spark = spark_session(settings.spark, settings.self_optimizing.groups)
-        query, handler = start_job(spark, settings, settings.tables)
-        if server is not None:
-            server.attach(query, handler)
-        where = f"; http on port {server.port}" if server is not None else ""
-        found = " and the tables discovery finds" if settings.discovery.enabled else ""
-        print(
-            f"watching {len(settings.tables)} table(s){found}; checkpoint {settings.stream.checkpoint_location}{where}",
-            file=sys.stderr,
-        )
-        reason = run_until_signal(query, handler, args.seconds, tick=handler.tick)
-    finally:
-        if server is not None:
-            server.stop()
+    with stop_signals() as stop:
+        server = start_http(settings)
+        try:
+            prepare_event_log_dir(settings)
+            spark = spark_session(settings.spark, settings.self_optimizing.groups)
+            query, handler = start_job(spark, settings, settings.tables)
+            if server is not None:
+                server.attach(query, handler)
+            where = f"; http on port {server.port}" if server is not None else ""
+            found = " and the tables discovery finds" if settings.discovery.enabled else ""
+            checkpoint = settings.stream.checkpoint_location
+            print(f"watching {len(settings.tables)} table(s){found}; checkpoint {checkpoint}{where}", file=sys.stderr)
+            reason = run_until_signal(query, handler, args.seconds, handler.tick, stop)
+        finally:
+            if server is not None:
+                server.stop()
     print(f"stopped ({reason}); the checkpoint holds the position for a restart", file=sys.stderr)
     if args.json:
         print_json({uri: str(status) for uri, status in handler.status.items()})
