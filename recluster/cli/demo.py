@@ -53,6 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"demo table {table}: appending {args.rows:,} random-key rows every {args.interval}s")
     with stop_signals() as stop:  # a Ctrl-C while Spark starts stops the demo once it runs
         spark = spark_session(settings.spark)
+        stop.catch()
         query, handler = start_job(spark, settings, settings.tables)
         watched = normalize_uri(table)  # the job keys its tables by normalized URI (a relative path is made absolute)
         appended = [1]

@@ -92,6 +92,11 @@ class StopRequest:
         self.event = threading.Event()
         self.reason = "time"
 
+    def catch(self) -> dict[int, Any]:
+        """Make this request the handler of SIGTERM and SIGINT; returns the handlers it replaced. Called again once
+        Spark runs: pyspark's SparkContext installs a SIGINT handler of its own, which raises KeyboardInterrupt."""
+        return {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
     def on_signal(self, signum: int, _frame: object) -> None:
         if signum == signal.SIGINT and self.event.is_set():
             raise KeyboardInterrupt
@@ -103,7 +108,7 @@ class StopRequest:
 def stop_signals() -> Iterator[StopRequest]:
     """Catch SIGTERM and SIGINT into a StopRequest for the block; the handlers before are put back after it."""
     request = StopRequest()
-    previous = {sig: signal.signal(sig, request.on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = request.catch()
     try:
         yield request
     finally:
@@ -160,6 +165,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         try:
             prepare_event_log_dir(settings)
             spark = spark_session(settings.spark, settings.self_optimizing.groups)
+            stop.catch()
             query, handler = start_job(spark, settings, settings.tables)
             if server is not None:
                 server.attach(query, handler)
