@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from recluster.settings_job import KafkaSettings
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_SECONDS = 5.0
+STOP_FLUSH_SECONDS = 20.0
+"""How long a graceful stop keeps trying to send the records still buffered (a busy or restarting broker can miss
+one send timeout; the stop has 60 s for its batch: docs/kafka.md)."""
 
 
 class _Record(BaseModel):
@@ -254,8 +258,14 @@ class BufferedPublisher:
                 producer._sender.join(SEND_TIMEOUT_SECONDS)
                 producer.close(timeout=0)
 
-    def close(self) -> None:
+    def close(self, seconds: float = STOP_FLUSH_SECONDS) -> None:
+        """Send what is buffered, trying again once a second until `seconds` have passed; then let go of the producer
+        (what is still buffered is lost with the process, and counted in the log line of the last failed send)."""
+        deadline = time.monotonic() + seconds
         self.flush()
+        while self.buffer and time.monotonic() < deadline:
+            time.sleep(1.0)
+            self.flush()
         self._discard_producer()
 
 
