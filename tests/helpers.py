@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -530,3 +532,14 @@ def store_end_to_end(run: Callable[..., Any], table_uri: Callable[[str], str], o
     assert put_new_object(conditional, taken, b'{"commitInfo":{}}\n', options)
     assert not put_new_object(conditional, taken, b'{"commitInfo":{"other":1}}\n', options)
     assert DeltaTable(conditional, storage_options=options).version() == 1
+
+
+def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
+    """(status, body); (0, error) when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except (urllib.error.URLError, OSError) as error:
+        return 0, str(error)

@@ -9,8 +9,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,17 +129,6 @@ def wait_ready(selector: str, what: str, timeout: float = 600, namespace: str = 
         return ready[0] if len(ready) == 1 else None
 
     return wait_until(ready, f"{what} ready", timeout, lambda: "; ".join(map(pod_problem, pods(selector, namespace))))
-
-
-def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
-    """(status, body); (0, error) when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    except (urllib.error.URLError, OSError) as error:
-        return 0, str(error)
 
 
 def service_url(name: str, path: str) -> str:

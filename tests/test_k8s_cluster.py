@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 
 from tests.faults.front import FaultFront
 from tests.faults.plan import FaultKind, FaultRule, Target
-from tests.helpers import append_clustered, row_multiset
+from tests.helpers import append_clustered, http_get, row_multiset
 from tests.k8s_cluster import (
     DRIVER,
     EXECUTORS,
@@ -36,7 +36,6 @@ from tests.k8s_cluster import (
     ROOT,
     apply,
     cluster_ready,
-    http_get,
     is_ready,
     kubectl,
     kubectl_command,

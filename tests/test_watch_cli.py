@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +14,7 @@ from deltalake import DeltaTable
 
 from tests.helpers import (
     append_random,
+    http_get,
     kill_tree,
     recluster_commits,
     row_multiset,
@@ -77,7 +76,7 @@ def test_sigterm_while_spark_starts_stops_the_job_gracefully(tmp_path):
     log = tmp_path / "watch.log"
     process = start_logged(command, log)
     try:
-        wait_for(lambda: http_answers(f"http://127.0.0.1:{port}/healthz"), "the HTTP server", process)
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/healthz", timeout=1)[0] != 0, "the HTTP server", process)
         os.killpg(process.pid, signal.SIGTERM)
         assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
     finally:
@@ -85,14 +84,3 @@ def test_sigterm_while_spark_starts_stops_the_job_gracefully(tmp_path):
             kill_tree(process)
     assert "stopped (SIGTERM)" in log.read_text()
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(appended)
-
-
-def http_answers(url: str) -> bool:
-    """Whether a server answers at `url`, whatever its status."""
-    try:
-        urllib.request.urlopen(url, timeout=1).close()
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-    return True

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from recluster.core.advice.ranking import DAY_MS
 from recluster.core.advice.scans import Scan
 
-DAY_MS = 86_400_000
 GB = 1_000_000_000
 
 
@@ -83,7 +83,7 @@ def size_at(sizes: Sequence[TableSize], time_ms: int) -> TableSize | None:
     first known size counts the first."""
     if not sizes:
         return None
-    index = bisect.bisect_right([s.time_ms for s in sizes], time_ms) - 1
+    index = bisect.bisect_right(sizes, time_ms, key=lambda s: s.time_ms) - 1
     return sizes[max(index, 0)]
 
 
