@@ -187,16 +187,18 @@ def metrics_record(
 
 
 def producer(settings: KafkaSettings) -> Any:
-    """A kafka-python producer whose sends block at most a few seconds when the broker is away."""
+    """A kafka-python producer whose sends block at most a few seconds when the broker is away, and which tries to
+    reconnect at least once a second (kafka-python's backoff otherwise grows to 30 s during an outage, and the first
+    records after the broker's return wait that long). The settings' client options override these."""
     from kafka import KafkaProducer
 
-    return KafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
-        max_block_ms=int(SEND_TIMEOUT_SECONDS * 1000),
-        request_timeout_ms=int(SEND_TIMEOUT_SECONDS * 1000),
-        retries=3,
-        **dict(settings.client_options),
-    )
+    options: dict[str, Any] = {
+        "max_block_ms": int(SEND_TIMEOUT_SECONDS * 1000),
+        "request_timeout_ms": int(SEND_TIMEOUT_SECONDS * 1000),
+        "reconnect_backoff_max_ms": 1000,
+        "retries": 3,
+    }
+    return KafkaProducer(bootstrap_servers=settings.bootstrap_servers, **(options | dict(settings.client_options)))
 
 
 class BufferedPublisher:
@@ -237,6 +239,8 @@ class BufferedPublisher:
             failed = [record for record, future in sent if not future.succeeded()]
         except KafkaError as error:
             log.warning("kafka topic=%s reason=broker_unavailable error=%s", self.topic, error)
+        except Exception as error:  # a client defect must not lose the buffer: the records are kept and retried
+            log.error("kafka topic=%s reason=client_error error=%r", self.topic, error)
         if failed:
             self._discard_producer()  # a fresh one reconnects cleanly once the broker is back
             self.buffer.extendleft(reversed(failed))

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from recluster.settings import ClusteringSettings, Settings, TableSettings
@@ -226,26 +226,28 @@ def read_records(
     what: str,
     options: Mapping[str, str] | None = None,
 ) -> list[bytes]:
-    """The values on `topic` from its beginning, read by a fresh consumer group as a user would, until `until(values)`
-    holds (else the test fails naming `what`)."""
-    group = f"reader-{uuid.uuid4().hex}"
-    consumer = KafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        **dict(options or {}),
-    )
+    """The values on `topic` from its beginning, read from every partition without a consumer group, until
+    `until(values)` holds (else the test fails naming `what`). No group: after a broker restart its group coordinator
+    can take long to settle, which is not what these tests check (`console_consumer` reads as a group)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **dict(options or {}))
     values: list[bytes] = []
 
     def caught_up() -> bool:
+        if not consumer.assignment():
+            partitions = consumer.partitions_for_topic(topic)
+            if not partitions:
+                return False
+            assigned = [TopicPartition(topic, partition) for partition in partitions]
+            consumer.assign(assigned)
+            consumer.seek_to_beginning(*assigned)
         for records in consumer.poll(timeout_ms=200).values():
             values.extend(record.value for record in records)
         return until(values)
 
     try:
         wait_for(caught_up, what, timeout=60)
+    except AssertionError as error:
+        raise AssertionError(f"{error} ({len(values)} records read from {topic})") from None
     finally:
         consumer.close()
     return values
