@@ -29,6 +29,7 @@ from urllib.parse import unquote
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from jobs.fleet_page import fleet_section
 from jobs.pages import PageSource, job_views, render_index, render_table
 from recluster.settings_job import HttpSettings
 
@@ -263,7 +264,8 @@ def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
                 return False
             html_type, json_type = "text/html; charset=utf-8", "application/json"
             if path == "/":
-                self._reply(200, render_index(pages.views(None), pages.title).encode(), html_type)
+                fleet = fleet_section(pages.fleet(), time.time())
+                self._reply(200, render_index(pages.views(None), pages.title, fleet).encode(), html_type)
                 return True
             if path == "/api/tables":
                 body = json.dumps([v.to_dict() for v in pages.views(None)], indent=2, default=str)
@@ -338,7 +340,12 @@ class HealthServer:
         if self._pages is not None:
             return self._pages
         handler = self.probe.handler
-        return None if handler is None else PageSource(lambda only: job_views(handler, only))
+        if handler is None:
+            return None
+        return PageSource(
+            lambda only: job_views(handler, only),
+            fleet=lambda: handler.discovery.fleet() if handler.discovery is not None else {},
+        )
 
     def stop(self) -> None:
         if self._server is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
@@ -130,6 +130,8 @@ class PageSource:
     views: Callable[[str | None], Sequence[TableView]]
     """All tables' views, or (given a URI) that table's alone."""
     title: str = "recluster"
+    fleet: Callable[[], Mapping[str, Any]] = dict
+    """The jobs sharing the tables through leases (`/status`'s `fleet`; empty for a job without leases)."""
 
     def find(self, uri: str) -> TableView | None:
         return next(iter(self.views(uri)), None)
@@ -175,7 +177,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], css_id: str = 
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_index(views: Sequence[TableView], title: str = "recluster") -> str:
+def render_index(views: Sequence[TableView], title: str = "recluster", sections: str = "") -> str:
+    """The tables' list; `sections`: more HTML below it (the fleet, jobs/fleet_page.py)."""
     rows = []
     for view in views:
         status = view.status
@@ -202,6 +205,7 @@ def render_index(views: Sequence[TableView], title: str = "recluster") -> str:
     headers = ("table", "state", "key", "policy", "depth", "files", "levels (files / depth)", "pending",
                "quota", "occupation", "last recluster", "last optimize")  # fmt: skip
     body = f"<h1>{_e(title)}: {len(views)} table(s)</h1>" + _table(headers, rows, "tables")
+    body += sections
     return _page(title, body + '<p class="muted">JSON: <a href="/api/tables">/api/tables</a></p>')
 
 

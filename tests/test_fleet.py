@@ -9,12 +9,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from recluster.delta.storage import log_versions, read_log_actions
 from tests.helpers import (
     append_clustered,
     descendants,
+    http_get,
     kill_tree,
     row_multiset,
     start_logged,
@@ -67,12 +68,9 @@ def start_job(tmp_path: Path, name: str, s3: S3Server, lake: str, leases: str) -
 
 
 def status(port: int) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
-            answer: dict[str, Any] = json.load(response)
-            return answer
-    except OSError:
-        return None
+    code, body = http_get(f"http://127.0.0.1:{port}/status")
+    answer: dict[str, Any] | None = json.loads(body) if code == 200 else None
+    return answer
 
 
 def owned(port: int) -> set[str] | None:
@@ -142,6 +140,11 @@ def test_three_jobs_share_a_root_and_take_over_a_killed_jobs_tables(s3: S3Server
             timeout=60,
         )
         assert all(len((status(p) or {})["fleet"]["jobs"]) == JOBS for p in ports)
+        for port in ports:  # the page shows the same fleet: every job, this one marked, the tables each owns
+            code, page = http_get(f"http://127.0.0.1:{port}/")
+            assert code == 200 and f"Fleet: {JOBS} job(s) own {TABLES} table(s)" in page, page[-2000:]
+            assert page.count("(this job)") == 1
+            assert sum(map(int, re.findall(r'<span class="owned">(\d+)</span>', page))) == TABLES
         owners = list(shares[0] or [])
         appender.start()
         appending = time.monotonic()

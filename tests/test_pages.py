@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from jobs.fleet_page import fleet_section
 from jobs.health import HealthServer
-from jobs.pages import PageSource, snapshot_views
+from jobs.pages import PageSource, render_index, snapshot_views
 from recluster.engine.optimizer import history_store
 from recluster.settings import Settings
 from recluster.settings_job import HttpSettings
@@ -136,3 +137,21 @@ def test_a_history_written_before_the_depth_column_still_reads_and_grows(tmp_pat
     store.append(ProcessRecord("p2", "/t", ProcessType.FULL, "default", 3.0, 4.0, ProcessStatus.SUCCESS, depth=2.5))
     fresh = HistoryStore(str(tmp_path / "history"), window_seconds=1e12).records()
     assert sorted((r.process_id, r.depth) for r in fresh) == [("p1", None), ("p2", 2.5)]
+
+
+def test_the_fleet_section_names_each_job_its_tables_and_the_leases_it_cannot_read() -> None:
+    fleet = {
+        "job": "job-b",
+        "jobs": [{"job": "job-a<x>", "tables": 7, "heartbeat": 95.0}, {"job": "job-b", "tables": 5, "heartbeat": 99.5}],
+        "tables": 12,
+        "found": 13,
+        "lease_errors": {"s3://lake/t<9>": "malformed lease: <not json>"},
+    }
+    page = render_index([], "recluster", fleet_section(fleet, now=100.0))
+    assert "Fleet: 2 job(s) own 12 table(s)" in page
+    assert page.count("(this job)") == 1 and "<code>job-b</code> (this job)" in page
+    assert "job-a&lt;x&gt;" in page and "job-a<x>" not in page  # user strings escaped
+    assert '<span class="owned">7</span>' in page and "<td>5.0</td>" in page  # heartbeat ages
+    assert "found 13 table(s)" in page
+    assert "s3://lake/t&lt;9&gt;" in page and "malformed lease: &lt;not json&gt;" in page
+    assert fleet_section({}, now=100.0) == ""  # a job without leases shows no fleet

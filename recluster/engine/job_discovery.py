@@ -69,8 +69,14 @@ class JobDiscovery:
         """This job and the live jobs sharing its tables, with the tables each owns (for /status)."""
         if self.leases is None:
             return {}
-        jobs = [{"job": beat.job, "tables": beat.owned} for beat in self.leases.fleet]
-        return {"job": self.leases.job, "jobs": jobs, "tables": sum(beat.owned for beat in self.leases.fleet)}
+        jobs = [{"job": beat.job, "tables": beat.owned, "heartbeat": beat.written_at} for beat in self.leases.fleet]
+        return {
+            "job": self.leases.job,
+            "jobs": jobs,
+            "tables": sum(beat.owned for beat in self.leases.fleet),
+            "found": len(self.found),
+            "lease_errors": dict(self.leases.errors),
+        }
 
     def scans(self) -> list[SourceScan]:
         scans = []
