@@ -103,6 +103,14 @@ BENCHMARKS = (
         ("driver-start-2026-11-28.json",),
     ),
     Benchmark(
+        "discovery-takeup",
+        "bench.discovery_takeup_bench",
+        "a first start on many tables found under a root on the S3 emulator (20 ms a request): discovery reading "
+        "8 tables at once against one at a time",
+        "discovery-takeup",
+        ("discovery-takeup-quick-2026-11-28.json",),
+    ),
+    Benchmark(
         "curve",
         "bench.curve_bench",
         "multi-column keys on curves against delta-rs z_order",

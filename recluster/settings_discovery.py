@@ -117,6 +117,9 @@ class DiscoverySettings(Section):
     """Storage roots, each every Delta table below a prefix."""
     leases: LeaseSettings | None = None
     """Share the tables found with the other jobs using the same lease root; None: this job watches them all."""
+    threads: int = Field(8, ge=1, le=64)
+    """Tables discovery reads at once: the properties of the tables a root's sweep finds, and the tables a pass takes
+    up (a first start on thousands of tables). Each is a read of the table's log, mostly waiting on storage."""
 
     @property
     def enabled(self) -> bool:

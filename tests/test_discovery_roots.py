@@ -4,6 +4,7 @@ emulator, found within a per-pass listing budget and a depth; a root that does n
 from __future__ import annotations
 
 import itertools
+import logging
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,8 +14,10 @@ from deltalake import write_deltalake
 from recluster.core.errors import TableError
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.discovery import RootScanner
+from recluster.engine.handler import ReclusterHandler
+from recluster.engine.job_discovery import JobDiscovery
 from recluster.settings import Settings
-from recluster.settings_discovery import StorageRoot
+from recluster.settings_discovery import DiscoverySettings, StorageRoot
 from tests.helpers import main_json
 from tests.s3_server import S3Server
 
@@ -65,6 +68,48 @@ def test_a_root_on_the_s3_emulator(s3: S3Server) -> None:
     make_tables(root, s3.options())
     scanner = RootScanner(StorageRoot(uri=root + "/", max_depth=3, storage_options=s3.options()), Settings())
     assert full_sweep(scanner, 1) == [(True, ["a", "x/b", "x/y/c"])]
+
+
+def test_an_unreadable_table_is_one_line_and_the_roots_other_tables_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_tables(str(tmp_path))
+    scanner = RootScanner(StorageRoot(uri=str(tmp_path), max_depth=3), Settings())
+    assert full_sweep(scanner, 1) == [(True, ["a", "x/b", "x/y/c"])]
+    (tmp_path / "x/b/_delta_log/00000000000000000000.json").write_text("{not json\n")  # found before: kept
+    (tmp_path / "d/_delta_log").mkdir(parents=True)  # new and unreadable (no commit): waits for the next sweep
+    (tmp_path / "d/_delta_log/00000000000000000000.json").write_text("{not json\n")
+    with caplog.at_level(logging.ERROR, logger="recluster.discovery"):
+        assert full_sweep(scanner, 1) == [(True, ["a", "x/b", "x/y/c"])]
+    lines = sorted(r.getMessage() for r in caplog.records if "reason=unreadable_table" in r.getMessage())
+    assert [line.split(" reason=")[0] for line in lines] == [
+        f"recluster table={tmp_path}/d",
+        f"recluster table={tmp_path}/x/b",
+    ]
+    assert all("\n" not in line for line in lines)
+
+
+def test_a_first_pass_takes_up_every_found_table_several_at_a_time(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    uris = [f"{lake}/t{index:02d}" for index in range(24)]
+    for index, uri in enumerate(uris):
+        write_deltalake(uri, pa.table({"k": pa.array(range(index, index + 10), pa.int64())}))
+        if index % 3 == 0:
+            write_deltalake(uri, pa.table({"k": pa.array([index], pa.int64())}), mode="append")
+    settings = Settings(
+        discovery=DiscoverySettings(
+            roots=[StorageRoot(uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"})], threads=8
+        )
+    )
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    discovery = JobDiscovery(settings, None, frozenset(), handler.take_up_found, handler.let_go, None)
+    changes = discovery.run_pass()
+    assert sorted(changes.added) == uris
+    assert discovery.versions == {uri: 1 if index % 3 == 0 else 0 for index, uri in enumerate(uris)}
+    assert {uri: (status.version, status.error) for uri, status in handler.status.items()} == {
+        uri: (version, None) for uri, version in discovery.versions.items()
+    }
+    assert {uri: tracked.key.names for uri, tracked in handler.tracked.items()} == dict.fromkeys(uris, ("k",))
 
 
 def test_a_root_that_does_not_exist_is_one_line(tmp_path: Path) -> None:

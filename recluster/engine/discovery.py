@@ -9,6 +9,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,7 @@ class RootScanner:
         self.uri = normalize_uri(root.uri)
         self.options = {**settings.storage_options, **root.storage_options}
         self.layers = (PropertyLayer.of(Level.ROOT, self.uri, root.properties),)
+        self.threads = settings.discovery.threads
         self.pending: deque[tuple[str, int]] = deque()
         self.sweep: dict[str, FoundTable] = {}
         self.last_sweep: tuple[FoundTable, ...] = ()
@@ -95,7 +97,7 @@ class RootScanner:
         if not self.pending:
             self.pending.append(("", 0))
             self.sweep = {}
-        listings = 0
+        listings, tables = 0, []
         while self.pending and listings < self.root.max_listings:
             folder, depth = self.pending.popleft()
             listings += 1
@@ -106,19 +108,35 @@ class RootScanner:
                 raise TableError(f"storage root {self.uri}{'/' + folder if folder else ''} does not exist") from None
             folders = [c for c in children if c.type == pafs.FileType.Directory]
             if any(c.base_name == LOG_DIR for c in folders) and folder:
-                uri = f"{self.uri}/{folder}"
-                table = found_table(uri, self.uri, self.layers, self.root.where, self.options)
-                if table is not None:
-                    self.sweep[uri] = table
+                tables.append(f"{self.uri}/{folder}")
                 continue
             if depth < self.root.max_depth:
                 for child in folders:
                     if not child.base_name.startswith(("_", ".")):
                         self.pending.append((f"{folder}/{child.base_name}".lstrip("/"), depth + 1))
+        self._open(tables)
         if not self.pending:
             self.last_sweep = tuple(self.sweep.values())
             return SourceScan(self.uri, self.last_sweep, complete=True)
         return SourceScan(self.uri, (*self.last_sweep, *self.sweep.values()), complete=False)
+
+    def _open(self, uris: list[str]) -> None:
+        """Read the tables' properties, `discovery.threads` at a time (each is a read of its log). A table that cannot
+        be read is one line: it stays found if the last sweep found it (nothing is let go on a read error), else it
+        waits for the next sweep; the root's other tables go on."""
+        previous = {table.uri: table for table in self.last_sweep}
+
+        def opened(uri: str) -> FoundTable | None:
+            try:
+                return found_table(uri, self.uri, self.layers, self.root.where, self.options)
+            except Exception as error:
+                log.error("recluster table=%s reason=unreadable_table error=%s", uri, first_line(error))
+                return previous.get(uri)
+
+        with ThreadPoolExecutor(self.threads, "recluster-discovery") as pool:
+            for uri, table in zip(uris, pool.map(opened, uris), strict=True):
+                if table is not None:
+                    self.sweep[uri] = table
 
     def _location(self, folder: str) -> str:
         base = self.uri if "://" not in self.uri else ""

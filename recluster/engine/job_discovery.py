@@ -9,7 +9,8 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from recluster.core.discovery import DiscoveryChanges, discovery_changes
@@ -117,18 +118,28 @@ class JobDiscovery:
         changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, self.failed, self.listed)
         for uri in changes.dropped:
             self._forget(uri)
-        for uri in changes.added:
-            if self.leases is not None and time.monotonic() - started > self.leases.settings.renew_seconds / 2:
-                break  # the heartbeat comes first: the rest of its share is taken up in the next passes
-            table = found[uri]
-            self.found_by[uri] = table.source
-            self.versions[uri] = self.take_up(table)
-            self.options[uri] = table_storage_options(self.settings, table.settings)
+        self._take_up_all([found[uri] for uri in changes.added], started)
         if self.tables_file is not None:
             write_tables_file(self.tables_file, self.versions, self.options)
         if changes.added or changes.dropped:
             log.info("recluster %s found=%d", changes, len(self.found_by))
         return changes
+
+    def _take_up_all(self, tables: Sequence[FoundTable], started: float) -> None:
+        """Take up new tables, `discovery.threads` at a time. With leases, a pass stops starting take-ups
+        after half the lease renewal: the heartbeat comes first, the rest is taken up in the next passes."""
+
+        def over_budget() -> bool:
+            return self.leases is not None and time.monotonic() - started > self.leases.settings.renew_seconds / 2
+
+        with ThreadPoolExecutor(self.settings.discovery.threads, "recluster-take-up") as pool:
+            futures = {pool.submit(lambda t: None if over_budget() else self.take_up(t), t): t for t in tables}
+            for future in as_completed(futures):
+                version, table = future.result(), futures[future]
+                if version is not None:
+                    self.found_by[table.uri] = table.source
+                    self.versions[table.uri] = version
+                    self.options[table.uri] = table_storage_options(self.settings, table.settings)
 
     def _forget(self, uri: str) -> None:
         if self.found_by.pop(uri, None) is not None:
