@@ -15,7 +15,7 @@ from recluster.core.errors import TableError
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.discovery import RootScanner
 from recluster.engine.handler import ReclusterHandler
-from recluster.engine.job_discovery import JobDiscovery
+from recluster.engine.job_discovery import SWEEP_PAUSE_SECONDS, JobDiscovery
 from recluster.settings import Settings
 from recluster.settings_discovery import DiscoverySettings, StorageRoot
 from tests.helpers import main_json
@@ -110,6 +110,22 @@ def test_a_first_pass_takes_up_every_found_table_several_at_a_time(tmp_path: Pat
         uri: (version, None) for uri, version in discovery.versions.items()
     }
     assert {uri: tracked.key.names for uri, tracked in handler.tracked.items()} == dict.fromkeys(uris, ("k",))
+
+
+def test_an_unfinished_sweep_goes_on_at_the_next_pass_without_waiting_for_the_interval(tmp_path: Path) -> None:
+    for index in range(6):
+        write_deltalake(tmp_path / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
+    root = StorageRoot(uri=str(tmp_path), max_depth=1, max_listings=2, properties={"recluster.clusterBy": "k"})
+    settings = Settings(discovery=DiscoverySettings(interval_seconds=300, roots=[root]))
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    discovery = JobDiscovery(settings, None, frozenset(), handler.take_up_found, handler.let_go, None)
+    found, periods = [], []
+    for _ in range(5):  # 7 listings (the root, then each table's folder), 2 a pass
+        discovery.run_pass()
+        found.append(len(discovery.found_by))
+        periods.append(discovery.period())
+    assert found == [1, 3, 5, 6, 6]  # each pass swept on; the fifth waits for the interval
+    assert periods == [SWEEP_PAUSE_SECONDS] * 3 + [300.0] * 2
 
 
 def test_a_root_that_does_not_exist_is_one_line(tmp_path: Path) -> None:

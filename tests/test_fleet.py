@@ -6,97 +6,32 @@ that commit); every appended row still there."""
 
 from __future__ import annotations
 
-import itertools
-import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
-import yaml
 from deltalake import DeltaTable
 
-from recluster.delta.log import PRODUCER, PRODUCER_KEY
-from recluster.delta.storage import log_versions, read_log_actions
+from recluster.delta.storage import log_versions
+from tests.fleet_support import merged_in_each, ours, overlapping_rounds, partition, rss_mb, start_job, status
 from tests.helpers import (
     append_clustered,
-    descendants,
     http_get,
     kill_tree,
     row_multiset,
-    start_logged,
     wait_for,
 )
 from tests.s3_server import S3Server
-from tests.spark_cluster import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TABLES, JOBS, TTL = 18, 3, 15.0
-
-
-def start_job(tmp_path: Path, name: str, s3: S3Server, lake: str, leases: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    config = tmp_path / f"{name}.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "storage_options": s3.options(),
-                "discovery": {
-                    "interval_seconds": 3,
-                    "roots": [{"uri": lake, "max_depth": 1}],
-                    "leases": {"root": leases, "ttl_seconds": TTL, "renew_seconds": 3},
-                },
-                "clustering": {"target_rows": 4_000},
-                "spark": {"master": "local[1]"},
-                "stream": {"checkpoint_location": str(tmp_path / name / "checkpoint"), "trigger_interval_seconds": 1},
-                "http": {"port": port},
-            }
-        )
-    )
-    log = tmp_path / f"{name}.log"
-    process = start_logged([sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"], log)
-    return process, port
-
-
-def status(port: int) -> dict[str, Any] | None:
-    code, body = http_get(f"http://127.0.0.1:{port}/status")
-    answer: dict[str, Any] | None = json.loads(body) if code == 200 else None
-    return answer
-
-
-def owned(port: int) -> set[str] | None:
-    answer = status(port)
-    return None if answer is None else {table["table"] for table in answer["tables"]}
-
-
-def partition(ports: list[int], tables: set[str]) -> list[set[str]] | None:
-    """What each job owns when together they own every table exactly once, else None."""
-    shares = [owned(port) for port in ports]
-    if any(share is None for share in shares):
-        return None
-    counted = [table for share in shares for table in share or ()]
-    return shares if sorted(counted) == sorted(tables) else None  # type: ignore[return-value]
-
-
-def overlapping_rounds(uri: str, options: dict[str, str]) -> list[tuple[str, str]]:
-    """Pairs of our rounds on one table whose [read version, last commit] intervals overlap."""
-    rounds: dict[str, list[int]] = {}
-    for version in log_versions(uri, options):
-        info = next((a["commitInfo"] for a in read_log_actions(uri, version, options) if "commitInfo" in a), {})
-        if info.get(PRODUCER_KEY) == PRODUCER:
-            read, commits = rounds.setdefault(info["recluster.runId"], [int(info["recluster.readVersion"]), version])
-            rounds[info["recluster.runId"]] = [read, max(commits, version)]
-    ordered = sorted(rounds.items(), key=lambda item: item[1][0])
-    return [(a, b) for (a, (_, end)), (b, (start, _)) in itertools.pairwise(ordered) if start < end]
 
 
 def test_three_jobs_share_a_root_and_take_over_a_killed_jobs_tables(s3: S3Server, tmp_path: Path) -> None:
@@ -113,7 +48,7 @@ def test_three_jobs_share_a_root_and_take_over_a_killed_jobs_tables(s3: S3Server
     for uri in sorted(uris):
         append(uri)
     started = time.monotonic()
-    jobs = [start_job(tmp_path, f"job{index}", s3, lake, leases) for index in range(JOBS)]
+    jobs = [start_job(tmp_path, f"job{index}", s3, lake, leases, TTL) for index in range(JOBS)]
     ports = [port for _, port in jobs]
     stop_appends = threading.Event()
 
@@ -156,7 +91,7 @@ def test_three_jobs_share_a_root_and_take_over_a_killed_jobs_tables(s3: S3Server
             timeout=180,
         )
         print(f"a merge by the job to be killed {time.monotonic() - appending:.1f} s after the appends began")
-        memory = {f"job{i}": _rss_mb(process) for i, (process, _) in enumerate(jobs)}
+        memory = {f"job{i}": rss_mb(process) for i, (process, _) in enumerate(jobs)}
         print(f"resident memory (MB, the driver and its JVM): {memory}")
         killed = time.monotonic()
         kill_tree(jobs[-1][0])
@@ -191,32 +126,6 @@ def test_three_jobs_share_a_root_and_take_over_a_killed_jobs_tables(s3: S3Server
         assert overlapping_rounds(uri, options) == [], uri
         table = DeltaTable(uri, storage_options=options).to_pyarrow_table(columns=["k"])
         assert row_multiset(table) == row_multiset(pa.concat_tables(appended[uri]))
-    merged = sum(1 for uri in uris for v in log_versions(uri, options) if _ours(uri, v, options))
+    merged = sum(1 for uri in uris for v in log_versions(uri, options) if ours(uri, v, options))
     print(f"our commits over the run: {merged}")
     assert merged > 0
-
-
-def merged_in_each(shares: list[set[str]], since: dict[str, int], options: dict[str, str]) -> bool:
-    """Whether each share holds a table with a commit of ours after its version in `since` (a table has one owner
-    at a time, so that owner made it)."""
-    time.sleep(1)  # one listing of each table's log a second, not 20
-    return all(any(_ours_after(uri, since[uri], options) for uri in share) for share in shares)
-
-
-def _ours_after(uri: str, version: int, options: dict[str, str]) -> bool:
-    return any(_ours(uri, v, options) for v in log_versions(uri, options) if v > version)
-
-
-def _ours(uri: str, version: int, options: dict[str, str]) -> bool:
-    return any(a.get("commitInfo", {}).get(PRODUCER_KEY) == PRODUCER for a in read_log_actions(uri, version, options))
-
-
-def _rss_mb(process: subprocess.Popen[bytes]) -> float:
-    total = 0
-    for pid in [process.pid, *descendants(process.pid)]:
-        try:
-            fields = Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()
-        except (OSError, IndexError):
-            continue
-        total += int(fields[0])
-    return round(total / 1024, 1)

@@ -20,6 +20,9 @@ from recluster.settings import Settings, table_storage_options
 
 log = logging.getLogger("recluster.discovery")
 
+SWEEP_PAUSE_SECONDS = 1.0
+"""The pause between the passes of an unfinished sweep of a root (docs/discovery.md)."""
+
 
 def write_tables_file(path: str, versions: Mapping[str, int], options: Mapping[str, Mapping[str, str]]) -> None:
     """The found tables the Delta-log source polls besides its listed ones, each with the version it starts after when
@@ -61,6 +64,9 @@ class JobDiscovery:
         self.found: dict[str, FoundTable] = {}
         self.failed: set[str] = set()
         self.scanned_at = -float("inf")
+        self.sweeping = False
+        """A root's sweep stopped at its listing budget: the next pass goes on with it, without waiting for the
+        interval (a big root is swept in consecutive passes, one `period` apart)."""
 
     def may_work(self) -> bool:
         """False while this job's leases may have lapsed (docs/discovery.md#several-jobs)."""
@@ -94,13 +100,15 @@ class JobDiscovery:
         return scans
 
     def period(self) -> float:
-        """How often `run_pass` runs: the discovery interval, or the lease renewal when shorter."""
+        """How often `run_pass` runs: the discovery interval, or the lease renewal when shorter; while a root's sweep is
+        unfinished, SWEEP_PAUSE_SECONDS (each pass still lists at most `max_listings` folders)."""
         interval = self.settings.discovery.interval_seconds
-        return min(interval, self.leases.settings.renew_seconds) if self.leases is not None else interval
+        period = min(interval, self.leases.settings.renew_seconds) if self.leases is not None else interval
+        return min(period, SWEEP_PAUSE_SECONDS) if self.sweeping else period
 
     def run_pass(self) -> DiscoveryChanges:
         """Scan the sources when the interval has passed, renew the leases, take up and let go accordingly."""
-        if time.monotonic() - self.scanned_at >= self.settings.discovery.interval_seconds:
+        if self.sweeping or time.monotonic() - self.scanned_at >= self.settings.discovery.interval_seconds:
             self.scanned_at = time.monotonic()
             scans = self.scans()
             self.errors = {scan.source: scan.error for scan in scans if scan.error is not None}
@@ -109,6 +117,7 @@ class JobDiscovery:
                 for table in scan.tables:
                     self.found.setdefault(table.uri, table)
             self.failed = {scan.source for scan in scans if not scan.complete}
+            self.sweeping = any(not scan.complete and scan.error is None for scan in scans)
         found = self.found
         started = time.monotonic()
         if self.leases is not None:  # this job's share only: a table released is let go first
