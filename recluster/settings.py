@@ -29,7 +29,7 @@ from recluster.settings_input import GIB, MIB, Section, override_value, read_con
 from recluster.settings_input import SettingsError as SettingsError
 from recluster.settings_input import describe_validation_error as describe_validation_error
 from recluster.settings_job import HttpSettings, KafkaSettings, KubernetesSettings, StreamSettings
-from recluster.settings_optimizing import SelfOptimizingSettings
+from recluster.settings_optimizing import BenefitSettings, SelfOptimizingSettings
 
 CLUSTER_BY_PROPERTY = "recluster.clusterBy"
 """Table property holding the cluster key, written by `ALTER TABLE t CLUSTER BY (a, b)`."""
@@ -214,6 +214,8 @@ class Settings(BaseSettings):
     """The tables to watch (and the default list of `status`), each with its own key and storage options."""
     discovery: DiscoverySettings = DiscoverySettings()
     """Tables the job finds in catalogs and under storage roots, besides `tables` (docs/discovery.md)."""
+    benefit: BenefitSettings = BenefitSettings()
+    """Event logs the job reads to count what clustering saves queries, and the pause of unread tables."""
 
     @classmethod
     def settings_customise_sources(

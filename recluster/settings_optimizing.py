@@ -1,12 +1,13 @@
 """Settings of self-optimizing (docs/operations.md): the defaults of the `self-optimizing.*` table properties, the
-optimizer groups and scheduled maintenance. A section of `settings.Settings`.
+optimizer groups, scheduled maintenance and the benefit accounting (docs/benefit.md). Sections of
+`settings.Settings`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from recluster.settings_input import MIB, Section
 
@@ -82,4 +83,31 @@ class SelfOptimizingSettings(Section):
     def _check(self) -> SelfOptimizingSettings:
         if self.group not in self.groups:
             raise ValueError(f"self_optimizing.group {self.group!r} is not one of the groups {sorted(self.groups)}")
+        return self
+
+
+class BenefitSettings(Section):
+    """What clustering saves the queries that read the tables (docs/benefit.md): the job reads Spark event logs on
+    its tick and counts, per table, the files and bytes the logged scans skipped against the bytes it rewrote."""
+
+    event_logs: list[str] = Field(default_factory=list)
+    """Spark event logs to read, as `recluster advise` takes them: local paths or object-store prefixes (each a file
+    or a directory of them, `spark.eventLog.dir`); empty: no logged figures and no pause."""
+    read_interval_seconds: float = Field(300.0, gt=0)
+    """How often the job looks for new or grown event log files (only those are read again)."""
+    pause_after_days: float | None = Field(None, gt=0)
+    """Stop reclustering and optimizing a table no logged query read in this many days (maintenance goes on; it
+    resumes at the next query seen); None: never pause. Needs `event_logs`."""
+
+    @field_validator("event_logs", mode="before")
+    @classmethod
+    def _split_locations(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [location.strip() for location in value.split(",") if location.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> BenefitSettings:
+        if self.pause_after_days is not None and not self.event_logs:
+            raise ValueError("benefit.pause_after_days needs benefit.event_logs: without logs no query is ever seen")
         return self

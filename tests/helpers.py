@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from hypothesis import settings
 
 from recluster.core.blocks import parse_data_file_name
 from recluster.core.selection.plan import Policy
+from recluster.delta.log import SCHEMA
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import ReclusterResult, recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings, TableSettings
@@ -543,3 +545,14 @@ def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
         return error.code, error.read().decode()
     except (urllib.error.URLError, OSError) as error:
         return 0, str(error)
+
+
+class Rows:
+    """A micro-batch as the Delta-log trigger hands it to the handler (a DataFrame's collect())."""
+
+    def __init__(self, commits: list[Any]) -> None:
+        fields = [column.split()[0] for column in SCHEMA.split(", ")]
+        self.rows = [SimpleNamespace(asDict=lambda c=c: dict(zip(fields, c.row(), strict=True))) for c in commits]
+
+    def collect(self) -> list[Any]:
+        return self.rows

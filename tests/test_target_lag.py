@@ -9,7 +9,6 @@ import math
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,12 +19,12 @@ from recluster.core.optimizing import optimizing_config
 from recluster.core.scheduling import Candidate, ProcessType, schedule
 from recluster.core.selection.plan import Policy
 from recluster.core.target_lag import LagTracker, lag_deadline, nearest_rank
-from recluster.delta.log import SCHEMA, read_commits
+from recluster.delta.log import read_commits
 from recluster.delta.log_writer import set_table_properties
 from recluster.settings import Settings, SettingsError
 from recluster.settings_job import HttpSettings
 from recluster.settings_optimizing import OptimizerGroup, SelfOptimizingSettings
-from tests.helpers import FAST, append_random, job_settings
+from tests.helpers import FAST, Rows, append_random, job_settings
 
 # an operation: ("commit", version step, time step) or ("clustered", version back-off, now step)
 OPERATIONS = st.lists(
@@ -109,17 +108,6 @@ def test_tables_with_a_lag_deadline_run_first_earliest_first() -> None:
     # over its quota a table waits, deadline or not
     run, waiting = schedule([candidate("over", 1800, 1.0), candidate("idle", 0, None)], groups, window_seconds=3600)
     assert [c.table for c in run] == ["idle"] and [c.table for c in waiting] == ["over"]
-
-
-class Rows:
-    """A micro-batch as the Delta-log trigger hands it to the handler (a DataFrame's collect())."""
-
-    def __init__(self, commits: list[Any]) -> None:
-        fields = [column.split()[0] for column in SCHEMA.split(", ")]
-        self.rows = [SimpleNamespace(asDict=lambda c=c: dict(zip(fields, c.row(), strict=True))) for c in commits]
-
-    def collect(self) -> list[Any]:
-        return self.rows
 
 
 def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path) -> None:

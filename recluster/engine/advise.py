@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
@@ -158,11 +159,21 @@ def read_scans(locations: Sequence[str], options: Mapping[str, str]) -> tuple[li
         filesystem, paths = event_log_files(location, options)
         for path, shown in paths:
             files += 1
-            try:
-                scans.extend(delta_scans(read_events(filesystem, path, SQL_EVENTS)))
-            except EventLogError as error:
-                problems.append(str(EventLogProblem(shown, str(error))))
+            found, problem = file_scans(filesystem, path, shown)
+            scans.extend(found)
+            problems += [str(problem)] if problem else []
     return scans, problems, files
+
+
+def file_scans(filesystem: pafs.FileSystem, path: str, shown: str) -> tuple[list[Scan], EventLogProblem | None]:
+    """The Delta scans of one event log file, and its problem when it is malformed or cut short (the scans before
+    the fault still count)."""
+    scans: list[Scan] = []
+    try:
+        scans.extend(delta_scans(read_events(filesystem, path, SQL_EVENTS)))
+    except EventLogError as error:
+        return scans, EventLogProblem(shown, str(error))
+    return scans, None
 
 
 def _key_columns(table: DeltaTable, uri: str, names: Sequence[str]) -> dict[str, KeyColumn]:

@@ -13,15 +13,19 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from recluster.core.benefit import TableSize
 from recluster.core.errors import ErrorKind, TableError
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import OptimizingConfig, optimizing_config
 from recluster.delta.log import CommitEntry
+from recluster.engine.api import storage_options_for
 from recluster.engine.backoff import FailureBook
 from recluster.engine.discovery import FoundTable
 from recluster.engine.failures import failed_record, failed_status
+from recluster.engine.job_benefit import JobBenefit
 from recluster.engine.job_discovery import JobDiscovery
 from recluster.engine.job_maintenance import JobMaintenance
 from recluster.engine.job_schedule import DueWork, schedule_pass
@@ -56,6 +60,8 @@ class ReclusterHandler:
         """Serializes micro-batches, `tick` and table loads (they run on different threads)."""
         self.last_tick = 0.0
         self.maintenance = JobMaintenance(settings, self.history, self.options, self._config, self.stopping)
+        logs = settings.benefit.event_logs
+        self.benefit = JobBenefit(settings.benefit, storage_options_for(settings, logs[0]) if logs else {})
         self.last_batch_time: float | None = None
         """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
         self.loaded = threading.Event()
@@ -195,7 +201,34 @@ class ReclusterHandler:
                 if uri not in self.tracked and not self.stopping.is_set():
                     self._take_up(uri)
             self.maintenance.run_due(self.tracked)  # outside the lock: micro-batches never wait for maintenance
+            if self.benefit.due(round(time.time() * 1000)):
+                self.count_benefit(round(time.time() * 1000))
             self.flush_history()
+
+    def count_benefit(self, now_ms: int) -> None:
+        """Read the new event log files and count every tracked table's benefit (outside the lock: a batch only
+        reads what is assigned here), then show it: one log line per table, its status republished. A table whose
+        pause ends is planned at the next pass."""
+        with self.lock:  # the sizes as the last batch left them; the reading and counting go on without the lock
+            tables = {
+                uri: TableSize(now_ms, len(t.state.blocks), sum(b.bytes for b in t.state.blocks))
+                for uri, t in self.tracked.items()
+            }
+        counted = self.benefit.count(tables, self.history, now_ms)
+        with self.lock:
+            statuses = []
+            for uri, benefit in counted.items():
+                tracked = self.tracked.get(uri)
+                if tracked is None:
+                    continue
+                if tracked.paused is not None and benefit.paused is None:
+                    tracked.pending = True  # a query was seen again: reclustering resumes
+                tracked.benefit = benefit
+                log.info("recluster benefit table=%s %s", uri, benefit)
+                status = self.status.get(uri)
+                if status is not None and status.error is None:
+                    statuses.append(replace(status, benefit=benefit, pending=tracked.pending))
+            self.board.publish(statuses)
 
     def flush_history(self) -> None:
         """Write the history rows kept since the last flush (a failed write keeps them for the next)."""
@@ -246,7 +279,8 @@ class ReclusterHandler:
             if uri not in reported and uri in self.tracked:
                 config = self._config(self.tracked[uri])
                 if config is not None:
-                    reports.append(self._report(self.tracked[uri], DueWork(uri, config, None, "within_threshold")))
+                    reason = str(self.tracked[uri].paused or "within_threshold")
+                    reports.append(self._report(self.tracked[uri], DueWork(uri, config, None, reason)))
         return reports
 
     def _report(self, tracked: TrackedTable, work: DueWork) -> TableReport:

@@ -62,9 +62,13 @@ def due_work(
     settings: Settings,
 ) -> DueWork:
     """Reclustering first (new foreign commits or work left over), planned within the batch budget; then the
-    optimizing triggers. Marks the table quiet until its next interval trigger when nothing is due."""
+    optimizing triggers. Marks the table quiet until its next interval trigger when nothing is due. Nothing while the
+    table is paused (benefit.pause_after_days)."""
     if config.recluster_enabled and tracked.version < tracked.awaiting_version:
         return DueWork(tracked.uri, config, None, "awaiting_own_commit")  # a plan now would redo our last rewrite
+    if tracked.paused is not None:  # no query read it lately (docs/benefit.md#pausing-tables-no-query-reads)
+        tracked.pending = tracked.pending or foreign  # planned once a query is seen again
+        return DueWork(tracked.uri, config, None, str(tracked.paused))
     if config.recluster_enabled and (foreign or tracked.pending):
         stream = settings.stream
         planned = plan_process(

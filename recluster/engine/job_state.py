@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from recluster.core.benefit import PauseReason
 from recluster.core.discovery import EffectiveProperty
 from recluster.core.keys import ClusterKey
 from recluster.core.metrics import ClusteringState
@@ -16,6 +17,9 @@ from recluster.core.selection.plan import Policy
 from recluster.core.target_lag import LagSummary, LagTracker
 from recluster.delta.log_state import SnapshotLog
 from recluster.delta.snapshot import TableSnapshot
+
+if TYPE_CHECKING:
+    from recluster.engine.job_benefit import TableBenefit
 
 log = logging.getLogger("recluster.job")
 
@@ -55,6 +59,8 @@ class TableStatus:
     """Its effective `recluster.*` properties and where each came from (docs/discovery.md#inherited-settings)."""
     lag: LagSummary | None = None
     """Its time-to-clustered figures against its target_lag (core/target_lag.py)."""
+    benefit: TableBenefit | None = None
+    """What the logged queries skipped on it against the bytes rewritten (docs/benefit.md); None without logs."""
 
     def __str__(self) -> str:
         levels = " ".join(f"L{s.level}={s.blocks}/{s.average_depth:.2f}/{s.threshold:.1f}" for s in self.levels)
@@ -64,6 +70,7 @@ class TableStatus:
             f"written={self.bytes_written} appended={self.bytes_appended} pending={self.pending}"
         )
         text += f" lag=({self.lag})" if self.lag else ""
+        text += f" benefit=({self.benefit})" if self.benefit else ""
         return text + (f" error_kind={self.error_kind} error={self.error!r}" if self.error else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +96,7 @@ class TableStatus:
             "error_kind": self.error_kind,
             "settings": [{"key": p.key, "value": p.value, "origin": p.origin} for p in self.settings],
             "lag": self.lag.to_dict() if self.lag else None,
+            "benefit": self.benefit.to_dict() if self.benefit else None,
         }
 
 
@@ -120,6 +128,13 @@ class TrackedTable:
     """Its effective `recluster.*` properties and where each came from (its own, or inherited: docs/discovery.md)."""
     lag: LagTracker = field(default_factory=LagTracker)
     """Its foreign data commits not clustered yet and its last lags (kept on reload)."""
+    benefit: TableBenefit | None = None
+    """Its benefit as the job last counted it (engine/job_benefit.py; kept on reload): its pause stops reclustering."""
+
+    @property
+    def paused(self) -> PauseReason | None:
+        """Why reclustering is paused (no query read it in `benefit.pause_after_days`), None when it is not."""
+        return self.benefit.paused if self.benefit else None
 
     def snapshot(self) -> TableSnapshot:
         return TableSnapshot(

@@ -155,4 +155,5 @@ def table_status(
         policy=bounds.policy,
         settings=tracked.settings,
         lag=tracked.lag.summary(time.time(), target_lag_seconds),
+        benefit=tracked.benefit,
     )

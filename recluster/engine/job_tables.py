@@ -128,9 +128,9 @@ class JobTables:
             if commit.is_gap or changed or commit.version != tracked.version + 1:
                 if commit.is_gap:
                     log.warning("recluster table=%s reason=log_gap version=%s: reloading", uri, commit.version)
-                totals, appended, lag = tracked.totals, tracked.bytes_appended, tracked.lag
+                kept = tracked.totals, tracked.bytes_appended, tracked.lag, tracked.benefit
                 tracked = self.tracked[uri] = self.track(uri, None)
-                tracked.totals, tracked.bytes_appended, tracked.lag = totals, appended, lag
+                tracked.totals, tracked.bytes_appended, tracked.lag, tracked.benefit = kept
                 break
             added = blocks_from_log_adds(commit.adds, tracked.key, tracked.partition_columns, uri, self.options(uri))
             tracked.state.apply(added, commit.removes)

@@ -1,0 +1,135 @@
+"""The benefit accounting in the job (issue 45 item 2, docs/benefit.md): the setting and its errors, the incremental
+read of event logs, the pause of a table no query reads and its resume (the handler driven with fake times, no Spark),
+and the acceptance test: the job's files skipped against Delta Spark's own scan metrics for a known query mix."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from deltalake import DeltaTable
+
+from recluster.core.benefit import DAY_MS, PauseReason
+from recluster.core.selection.plan import Policy
+from recluster.delta.log import read_commits
+from recluster.settings import SettingsError, load_settings
+from recluster.settings_job import HttpSettings
+from recluster.settings_optimizing import BenefitSettings
+from tests.event_log_files import execution
+from tests.helpers import Rows, append_random, job_settings
+
+START_MS = 1_800_000_000_000
+"""The fake clock's start (2027): the pause is counted on the times handed to the job, not the machine's."""
+
+
+def test_the_setting_and_its_errors() -> None:
+    settings = load_settings(overrides=["benefit.event_logs=/logs/a, s3://b/logs", "benefit.pause_after_days=7"])
+    assert settings.benefit == BenefitSettings(event_logs=["/logs/a", "s3://b/logs"], pause_after_days=7.0)
+    assert load_settings().benefit.event_logs == [] and load_settings().benefit.pause_after_days is None
+    for overrides, message in (
+        (["benefit.pause_after_days=7"], "needs benefit.event_logs"),
+        (["benefit.event_logs=/l", "benefit.pause_after_days=0"], "benefit.pause_after_days"),
+        (["benefit.event_logs=/l", "benefit.pause_after_days=soon"], "benefit.pause_after_days"),
+        (["benefit.event_logs=/l", "benefit.read_interval_seconds=-1"], "benefit.read_interval_seconds"),
+        (["benefit.pause_after_day=7"], "benefit.pause_after_day"),
+    ):
+        with pytest.raises(SettingsError, match=message):
+            load_settings(overrides=overrides)
+
+
+def write_log(path: Path, table: Path, number: int, time_ms: int, files: int = 1) -> None:
+    """One application's event log with one query of `table` at `time_ms` that read `files` files."""
+    events = execution(number, f"PreparedDeltaFileIndex(1 paths)[file:{table}]", files)
+    events[0]["time"] = time_ms
+    path.write_text("".join(json.dumps(event) + "\n" for event in events))
+
+
+def _newest(table: Path) -> int:
+    return DeltaTable(str(table)).version()
+
+
+def test_a_table_no_query_reads_is_paused_and_resumes_at_the_next_query(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two tables appended to alike, pause after 2 days: `read` has a query a day, `unread` none. After 3 days
+    `unread` is paused (status, log line, no recluster although its commits overlap) while `read` is reclustered;
+    a query of `unread` in a new log file ends the pause and the next pass reclusters it. A malformed file is one
+    problem line; the other files are read, and a file already read is not read again."""
+    from recluster.engine.handler import ReclusterHandler
+
+    read, unread, logs = tmp_path / "read", tmp_path / "unread", tmp_path / "logs"
+    logs.mkdir()
+    rng = np.random.default_rng(45)
+    for table in (read, unread):
+        append_random(table, rng, 0)
+    settings = job_settings(tmp_path / "checkpoint", [read, unread], Policy.LEVELS)
+    settings = settings.model_copy(update={"benefit": BenefitSettings(event_logs=[str(logs)], pause_after_days=2)})
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    for table in (read, unread):
+        handler.tracked[str(table)] = handler.tables.track(str(table), None)
+
+    def batch(number: int) -> dict[str, int]:
+        """Two overlapping appends to each table, one micro-batch; the merges each table got."""
+        commits = []
+        for table in (read, unread):
+            for _ in range(2):
+                append_random(table, rng, number)
+            commits.extend(read_commits(str(table), handler.tracked[str(table)].version + 1, _newest(table), {}))
+        before = {uri: t.totals.tasks for uri, t in handler.tracked.items()}
+        handler(Rows(commits), number)
+        return {uri: t.totals.tasks - before[uri] for uri, t in handler.tracked.items()}
+
+    write_log(logs / "app-1", read, 1, START_MS, files=1)
+    (logs / "app-bad").write_text('{"Event": "SparkListenerLogStart"}\n{"Event": "org.apache.spark.sql.exec')
+    with caplog.at_level(logging.INFO, "recluster.job"):
+        handler.count_benefit(START_MS)
+    assert "reason=event_log_problem event log" in caplog.text and "app-bad" in caplog.text
+    assert handler.benefit.reader.files_read == 2
+    first = handler.tracked[str(read)].benefit
+    assert first is not None and first.benefit.queries == 1 and first.paused is None
+
+    write_log(logs / "app-2", read, 2, START_MS + 2 * DAY_MS + 1000)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "recluster.job"):
+        handler.count_benefit(START_MS + 3 * DAY_MS)
+    assert handler.benefit.reader.files_read == 3  # only the new file was read
+    assert handler.tracked[str(read)].paused is None
+    assert handler.tracked[str(unread)].paused is PauseReason.NO_QUERIES
+    assert f"recluster benefit table={unread} queries=0" in caplog.text and "paused=no_queries" in caplog.text
+    assert handler.tracked[str(read)].benefit.benefit.queries == 2  # type: ignore[union-attr]
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "recluster.job"):
+        merges = batch(1)
+    assert merges[str(read)] > 0 and merges[str(unread)] == 0, merges
+    status = handler.status[str(unread)]
+    assert status.benefit is not None and status.benefit.paused is PauseReason.NO_QUERIES and status.pending
+    assert "paused=no_queries" in str(status) and "paused=no_queries" in caplog.text
+    assert status.to_dict()["benefit"]["paused"] == "no_queries"
+
+    write_log(logs / "app-3", unread, 3, START_MS + 3 * DAY_MS + 1000)
+    handler.count_benefit(START_MS + 3 * DAY_MS + 2000)
+    assert handler.tracked[str(unread)].paused is None and handler.tracked[str(unread)].pending
+    handler.count_benefit(START_MS + 3 * DAY_MS + 3000)
+    assert handler.benefit.reader.files_read == 4  # nothing new the second time
+    merges = batch(2)
+    assert merges[str(unread)] > 0, merges  # resumed: its pending commits are reclustered
+
+    from jobs.health import HealthServer, JobProbe
+
+    server = HealthServer(HttpSettings(port=0, host="127.0.0.1"), JobProbe(HttpSettings(port=0))).start()
+    try:
+        server.attach(SimpleNamespace(isActive=True, lastProgress=None, exception=lambda: None), handler)
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/status", timeout=30) as reply:
+            shown: dict[str, Any] = {t["table"]: t["benefit"] for t in json.load(reply)["tables"]}
+    finally:
+        server.stop()
+    assert shown[str(unread)]["queries"] == 1 and shown[str(unread)]["paused"] is None
+    assert shown[str(read)]["queries"] == 2 and shown[str(read)]["bytes_rewritten"] > 0
+    assert sum(day["queries"] for day in shown[str(read)]["daily"]) == 2
