@@ -6,7 +6,6 @@ same queries re-run by Delta Spark read fewer files by the factor it predicted (
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -17,14 +16,13 @@ from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.errors import TableError
 from recluster.engine.advise import read_scans, table_uri
-from tests.event_log_files import execution, lz4_java
+from tests.event_log_files import execution, lz4_java, run_spark_applications
 from tests.helpers import main_json, row_multiset, run_main
-from tests.referee import REFEREE_JARS, REFEREE_PYTHON, Referee, referee_environment
+from tests.referee import Referee
 
 pytestmark = [pytest.mark.needs_services, pytest.mark.slow]
 
 ROWS, APPENDS, TARGET_ROWS = 40_000, 20, 2_000
-SCRIPT = Path(__file__).with_name("spark_event_logs.py")
 
 
 def make_table(path: Path) -> pa.Table:
@@ -74,17 +72,7 @@ def write_event_logs(table: Path, work: Path) -> Path:
         {"conf": {"spark.eventLog.dir": logs.as_uri(), **codec}, "sql": sql}
         for sql, codec in zip(queries(table), codecs, strict=True)
     ]
-    spec = work / "applications.json"
-    spec.write_text(json.dumps(applications))
-    done = subprocess.run(
-        [str(REFEREE_PYTHON), str(SCRIPT), str(REFEREE_JARS), str(spec)],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=referee_environment(work),
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_spark_applications(applications, work)
     return logs
 
 

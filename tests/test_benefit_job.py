@@ -133,3 +133,84 @@ def test_a_table_no_query_reads_is_paused_and_resumes_at_the_next_query(
     assert shown[str(unread)]["queries"] == 1 and shown[str(unread)]["paused"] is None
     assert shown[str(read)]["queries"] == 2 and shown[str(read)]["bytes_rewritten"] > 0
     assert sum(day["queries"] for day in shown[str(read)]["daily"]) == 2
+
+
+ROWS, APPENDS, KEYS, TARGET_ROWS = 40_000, 20, 1_000, 5_000  # job_settings: 5,000-row files
+
+
+def query_mix(table: Path) -> list[str]:
+    """10 equalities and 3 ranges on the key `k`, 2 filters on `batch` (not the key: every file is read)."""
+    by_path = f"delta.`{table}`"
+    mix = [f"SELECT count(*) FROM {by_path} WHERE k = {v}" for v in (3, 97, 150, 222, 380, 401, 555, 690, 812, 990)]
+    mix += [f"SELECT sum(batch) FROM {by_path} WHERE k BETWEEN {v} AND {v + 100}" for v in (50, 420, 800)]
+    mix += [f"SELECT count(*) FROM {by_path} WHERE batch = {v}" for v in (3, 11)]
+    return mix
+
+
+@pytest.fixture(scope="module")
+def logged_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A table of 40,000 rows clustered on `k` (FINAL, 8 files of 5,000 rows) and the event logs of one Spark
+    application that ran the query mix on it: one Spark run for the module."""
+    from tests.event_log_files import run_spark_applications
+    from tests.helpers import run_rounds
+
+    work = tmp_path_factory.mktemp("benefit")
+    table, logs = work / "table", work / "event-logs"
+    rng = np.random.default_rng(45)
+    for batch in range(APPENDS):
+        append_random(table, rng, batch, rows=ROWS // APPENDS, high=KEYS)
+    run_rounds(table, None, job_settings(work / "unused", [table]), final=True)
+    logs.mkdir()
+    run_spark_applications([{"conf": {"spark.eventLog.dir": logs.as_uri()}, "sql": query_mix(table)}], work)
+    return table, logs
+
+
+def test_the_jobs_files_skipped_match_delta_sparks_scan_metrics(
+    logged_table: tuple[Path, Path], referee: Any, tmp_path: Path
+) -> None:
+    """The issue's acceptance test: the files skipped the job counts from the event logs are within 20% of total -
+    files read that Delta Spark's own scans report for the same queries (the referee's scan metrics)."""
+    from recluster.engine.handler import ReclusterHandler
+
+    table, logs = logged_table
+    files = DeltaTable(str(table)).get_add_actions(flatten=True).num_rows
+    settings = job_settings(tmp_path / "checkpoint", [table], Policy.LEVELS)
+    settings = settings.model_copy(update={"benefit": BenefitSettings(event_logs=[str(logs)])})
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    handler.tracked[str(table)] = handler.tables.track(str(table), None)
+    handler.count_benefit(START_MS)
+    counted = handler.tracked[str(table)].benefit
+    assert counted is not None
+    benefit = counted.benefit
+
+    skipped = sum(files - referee.scan(statement)[1] for statement in query_mix(table))
+    print(f"files {files}, queries {benefit.queries}: job {benefit.files_skipped} skipped, Delta Spark {skipped}")
+    assert benefit.queries == benefit.measured == len(query_mix(table))
+    assert benefit.files_total == files * len(query_mix(table))
+    assert benefit.files_skipped == pytest.approx(skipped, rel=0.2)
+    assert skipped > benefit.files_total / 2  # the mix mostly filters on the key: most files are skipped
+    assert 0 < benefit.bytes_skipped < benefit.bytes_total
+    assert sum(day.queries for _, day in counted.daily) == benefit.queries
+
+
+def test_the_modelled_figure_is_in_a_sane_range(logged_table: tuple[Path, Path]) -> None:
+    """Without the scans' metrics, advise's predicted read share for the table's key gives the modelled figure: for
+    the same mix it lands within a factor of two of the logged one."""
+    from recluster.core.advice.ranking import workloads
+    from recluster.core.benefit import TableSize, logged_benefit, modelled_benefit
+    from recluster.engine.advise import advise_table, read_scans, table_uri
+
+    table, logs = logged_table
+    scans, problems, _ = read_scans([str(logs)], {})
+    assert problems == []
+    (workload,) = workloads(scans, {s.location: table_uri(s.location) for s in scans}).values()
+    settings = job_settings(table.parent / "unused", [table])
+    advice = advise_table(str(table), workload, settings=settings, target_rows=TARGET_ROWS, cost=False)
+    (current,) = [c for c in advice.candidates if c.current]
+    add_actions = DeltaTable(str(table)).get_add_actions(flatten=True)
+    size = TableSize(0, len(add_actions), sum(add_actions.column("size_bytes").to_pylist()))
+    modelled = modelled_benefit(workload.queries, size, current.read_share, 0)
+    logged = logged_benefit(scans, [size], 0)
+    print(f"read share {current.read_share:.3f}: modelled {modelled.files_skipped}, logged {logged.files_skipped}")
+    assert 0 < modelled.files_skipped < modelled.files_total
+    assert logged.files_skipped / 2 <= modelled.files_skipped <= logged.files_skipped * 2
