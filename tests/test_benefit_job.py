@@ -148,9 +148,10 @@ def query_mix(table: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def logged_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def logged_table(tmp_path_factory: pytest.TempPathFactory, referee: Any) -> tuple[Path, Path]:
     """A table of 40,000 rows clustered on `k` (FINAL, 8 files of 5,000 rows) and the event logs of one Spark
-    application that ran the query mix on it: one Spark run for the module."""
+    application that ran the query mix on it: one Spark run for the module (in the referee's Python: through the
+    `referee` fixture, the tests using it are marked needs_services)."""
     from tests.event_log_files import run_spark_applications
     from tests.helpers import run_rounds
 
