@@ -29,6 +29,7 @@ from urllib.parse import unquote
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from jobs.benefit_page import benefit_section
 from jobs.fleet_page import fleet_section
 from jobs.pages import PageSource, job_views, render_index, render_table
 from recluster.settings_job import HttpSettings
@@ -277,7 +278,7 @@ def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
                     if view is None:
                         self._reply(404, b"no such table\n", "text/plain")
                     elif render is not None:
-                        self._reply(200, render(view).encode(), html_type)
+                        self._reply(200, render(view, benefit_section(view.benefit)).encode(), html_type)
                     else:
                         self._reply(200, json.dumps(view.to_dict(), indent=2, default=str).encode(), json_type)
                     return True

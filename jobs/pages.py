@@ -1,11 +1,9 @@
 """The status pages (docs/operations.md#status-pages): what an operator opens in a browser, served by the job's HTTP
 server.
 
-`/` lists every table (state, key and policy, depth, files, levels, pending work, quota and occupation, last
-recluster/optimize); `/tables/<name>` shows one table (depth over time from the optimizing history, level and
-depth histograms, recent processes); `/api/tables[/<name>]` is the JSON behind them, with `recluster status
---json`'s fields and numbers. Server-rendered HTML with inline SVG: no script, no CDN, nothing to install; every
-string that comes from a table or a user is escaped. `<name>` is the table's URI, percent-encoded.
+`/` lists every table (state, key, policy, depth, files, levels, pending work, quota, last processes); `/tables/<name>`
+(URI percent-encoded) shows one (depth over time, levels, histogram, processes; its benefit: jobs/benefit_page.py);
+`/api/tables[/<name>]` is their JSON. Server-rendered HTML, inline SVG, no script; strings from tables/users escaped.
 """
 
 from __future__ import annotations
@@ -50,6 +48,8 @@ class TableView:
     """Its effective `recluster.*` properties and where each came from (docs/discovery.md#inherited-settings)."""
     lag: dict[str, Any] | None = None
     """The job's time-to-clustered figures (docs/operations.md#time-to-clustered-target); None outside the job."""
+    benefit: dict[str, Any] | None = None
+    """What the logged queries skipped (docs/benefit.md), as the job last counted it; None outside the job."""
 
     @property
     def name(self) -> str:
@@ -277,7 +277,8 @@ def estimate_facts(estimate: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-def render_table(view: TableView) -> str:
+def render_table(view: TableView, sections: str = "") -> str:
+    """One table's page; `sections`: more HTML below the facts (the benefit, jobs/benefit_page.py)."""
     status = view.status
     facts = [
         ["state", f'<span class="state {_e(view.state)}">{_e(view.state)}</span>'],
@@ -325,6 +326,7 @@ def render_table(view: TableView) -> str:
         f'<p><a href="/">all tables</a> · <a href="/api/tables/{_e(view.name)}">JSON</a></p>'
         f"<h1>{_e(view.uri)}</h1>"
         + _table(("", ""), facts, "facts")
+        + sections
         + "<h2>Average depth over time (at each process)</h2>"
         + depth_plot(view.processes)
         + "<h2>Levels</h2>"
@@ -358,7 +360,8 @@ def job_views(handler: Any, only: str | None = None) -> list[TableView]:
             status = job.statuses.get(uri)
             origins = status.settings if status is not None else ()
             view = table_view(snapshot, handler.settings, handler.history, status_error(status), origins)
-            views.append(replace(view, lag=status.lag.to_dict() if status is not None and status.lag else None))
+            lag, benefit = (status.lag, status.benefit) if status is not None else (None, None)
+            views.append(replace(view, lag=lag and lag.to_dict(), benefit=benefit and benefit.to_dict()))
     for uri, status in job.statuses.items():  # tables the job could not load: their error
         error = status_error(status)
         if uri not in job.snapshots and error and (only is None or uri == only):

@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from recluster.settings import SettingsError, load_settings
 from recluster.settings_job import HttpSettings
 from recluster.settings_optimizing import BenefitSettings
 from tests.event_log_files import execution
-from tests.helpers import Rows, append_random, job_settings
+from tests.helpers import Rows, append_random, http_get, job_settings
 
 START_MS = 1_800_000_000_000
 """The fake clock's start (2027): the pause is counted on the times handed to the job, not the machine's."""
@@ -128,8 +129,11 @@ def test_a_table_no_query_reads_is_paused_and_resumes_at_the_next_query(
         server.attach(SimpleNamespace(isActive=True, lastProgress=None, exception=lambda: None), handler)
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/status", timeout=30) as reply:
             shown: dict[str, Any] = {t["table"]: t["benefit"] for t in json.load(reply)["tables"]}
+        page = http_get(f"http://127.0.0.1:{server.port}/tables/{quote(str(read), safe='')}")
     finally:
         server.stop()
+    assert page[0] == 200 and '<svg id="benefit-daily"' in page[1]  # the per-day series on the table page
+    assert '<span class="files-skipped">' + str(shown[str(read)]["files_skipped"]) + "</span>" in page[1]
     assert shown[str(unread)]["queries"] == 1 and shown[str(unread)]["paused"] is None
     assert shown[str(read)]["queries"] == 2 and shown[str(read)]["bytes_rewritten"] > 0
     assert sum(day["queries"] for day in shown[str(read)]["daily"]) == 2
