@@ -72,6 +72,7 @@ class TableView:
             "error": self.error,
             "processes": [process_dict(p) for p in self.processes],
             "settings": [{"key": p.key, "value": p.value, "origin": p.origin} for p in self.settings],
+            "benefit": self.benefit,
         }
 
 
@@ -278,7 +279,6 @@ def estimate_facts(estimate: dict[str, Any]) -> list[list[str]]:
 
 
 def render_table(view: TableView, sections: str = "") -> str:
-    """One table's page; `sections`: more HTML below the facts (the benefit, jobs/benefit_page.py)."""
     status = view.status
     facts = [
         ["state", f'<span class="state {_e(view.state)}">{_e(view.state)}</span>'],
@@ -326,7 +326,7 @@ def render_table(view: TableView, sections: str = "") -> str:
         f'<p><a href="/">all tables</a> · <a href="/api/tables/{_e(view.name)}">JSON</a></p>'
         f"<h1>{_e(view.uri)}</h1>"
         + _table(("", ""), facts, "facts")
-        + sections
+        + sections  # below the facts: the job's benefit (jobs/benefit_page.py)
         + "<h2>Average depth over time (at each process)</h2>"
         + depth_plot(view.processes)
         + "<h2>Levels</h2>"

@@ -219,3 +219,23 @@ def test_the_modelled_figure_is_in_a_sane_range(logged_table: tuple[Path, Path])
     print(f"read share {current.read_share:.3f}: modelled {modelled.files_skipped}, logged {logged.files_skipped}")
     assert 0 < modelled.files_skipped < modelled.files_total
     assert logged.files_skipped / 2 <= modelled.files_skipped <= logged.files_skipped * 2
+
+
+def test_recluster_status_shows_the_benefit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`recluster status` counts the same figures from one read of the logs: the query of the table in a good file,
+    the malformed file left out; without `benefit.event_logs` there is no benefit."""
+    from tests.helpers import main_json, run_main
+
+    table, logs = tmp_path / "table", tmp_path / "logs"
+    logs.mkdir()
+    append_random(table, np.random.default_rng(45), 0)
+    write_log(logs / "app-1", table, 1, START_MS, files=1)
+    (logs / "app-bad").write_text('{"Event": "org.apache.spark.sql.exec')
+    checkpoint = f"stream.checkpoint_location={tmp_path / 'checkpoint'}"
+    (entry,) = main_json(capsys, "status", table, "--json", "--set", checkpoint, "--set", f"benefit.event_logs={logs}")
+    assert entry["benefit"]["queries"] == 1 and entry["benefit"]["files_total"] == 1
+    assert entry["benefit"]["files_skipped"] == 0 and entry["benefit"]["paused"] is None
+    (entry,) = main_json(capsys, "status", table, "--json", "--set", checkpoint)
+    assert entry["benefit"] is None
+    code, out, _ = run_main(capsys, "status", table, "--set", checkpoint, "--set", f"benefit.event_logs={logs}")
+    assert code == 0 and "0/1" in out

@@ -85,6 +85,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from recluster.core.discovery import INHERITED_PREFIX, EffectiveProperty, effective_properties
     from recluster.engine.api import read_snapshot
     from recluster.engine.discovery import sweep_roots
+    from recluster.engine.job_benefit import tables_benefit
     from recluster.engine.optimizer import history_store, table_status
 
     settings = settings_of(args)
@@ -97,12 +98,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError("no tables: pass TABLE_URI arguments or list tables in --config")
     history = history_store(settings)
     key = parse_columns(args.cluster_by) if args.cluster_by else None
-    reports = [
-        table_status(
-            read_snapshot(uri, settings=settings, cluster_by=key, keyless=True), settings=settings, history=history
-        )
-        for uri in uris
-    ]
+    snapshots = [read_snapshot(uri, settings=settings, cluster_by=key, keyless=True) for uri in uris]
+    reports = [table_status(snapshot, settings=settings, history=history) for snapshot in snapshots]
     origins: dict[str, list[EffectiveProperty]] = {}
     for discovered in found:
         with_table = settings.model_copy(update={"tables": [*settings.tables, discovered.settings]})
@@ -110,9 +107,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         effective = effective_properties(discovered.layers, snapshot.properties)
         merged = replace(snapshot, properties={k: p.value for k, p in effective.items()})
         reports.append(table_status(merged, settings=with_table, history=history))
+        snapshots.append(merged)
         origins[discovered.uri] = [p for k, p in effective.items() if k.startswith(INHERITED_PREFIX)]
+    benefits = {uri: b.to_dict() for uri, b in tables_benefit(settings, snapshots, history).items()}  # docs/benefit.md
     if args.json:
-        print_json([{**r.to_dict(), "settings": [asdict(p) for p in origins.get(r.table, [])]} for r in reports])
+        entries = [{**r.to_dict(), "settings": [asdict(p) for p in origins.get(r.table, [])]} for r in reports]
+        print_json([{**entry, "benefit": benefits.get(entry["table"])} for entry in entries])
         return 0
     table = Table(
         "table",
@@ -125,6 +125,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "fragments",
         "small-file",
         "depth",
+        "files skipped",
     )
     for report in reports:
         data = report.to_dict()
@@ -144,6 +145,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             str(report.health.fragments),
             f"{report.health.small_file_pressure:.0%}",
             f"{report.average_depth:.2f}",
+            f"{counted['files_skipped']}/{counted['files_total']}" if (counted := benefits.get(report.table)) else "-",
         )
     Console().print(table)
     for uri, shown in origins.items():  # where each effective setting came from (docs/discovery.md)

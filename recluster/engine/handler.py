@@ -21,7 +21,6 @@ from recluster.core.errors import ErrorKind, TableError
 from recluster.core.metrics import clustering_info
 from recluster.core.optimizing import OptimizingConfig, optimizing_config
 from recluster.delta.log import CommitEntry
-from recluster.engine.api import storage_options_for
 from recluster.engine.backoff import FailureBook
 from recluster.engine.discovery import FoundTable
 from recluster.engine.failures import failed_record, failed_status
@@ -60,8 +59,7 @@ class ReclusterHandler:
         """Serializes micro-batches, `tick` and table loads (they run on different threads)."""
         self.last_tick = 0.0
         self.maintenance = JobMaintenance(settings, self.history, self.options, self._config, self.stopping)
-        logs = settings.benefit.event_logs
-        self.benefit = JobBenefit(settings.benefit, storage_options_for(settings, logs[0]) if logs else {})
+        self.benefit = JobBenefit.of(settings)
         self.last_batch_time: float | None = None
         """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
         self.loaded = threading.Event()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +24,11 @@ from recluster.core.benefit import Benefit, PauseReason, TableSize, daily_benefi
 from recluster.core.errors import TableError, first_line
 from recluster.core.scheduling import OPTIMIZING_TYPES, ProcessRecord, ProcessStatus, ProcessType
 from recluster.delta.history import HistoryStore, read_rows, records_from_arrow
+from recluster.delta.snapshot import TableSnapshot
 from recluster.engine.advise import file_scans, table_uri
+from recluster.engine.api import storage_options_for
 from recluster.engine.event_logs import event_log_files
+from recluster.settings import Settings
 from recluster.settings_optimizing import BenefitSettings
 
 log = logging.getLogger("recluster.job")
@@ -136,6 +140,12 @@ class EventLogReader:
 class JobBenefit:
     """The job's side: when the read interval has passed, read the logs and count every watched table's figures."""
 
+    @classmethod
+    def of(cls, settings: Settings) -> JobBenefit:
+        """With the storage options of the first log location (as `recluster advise` reads them)."""
+        logs = settings.benefit.event_logs
+        return cls(settings.benefit, storage_options_for(settings, logs[0]) if logs else {})
+
     def __init__(self, settings: BenefitSettings, options: Mapping[str, str]) -> None:
         self.settings = settings
         self.reader = EventLogReader(settings.event_logs, options)
@@ -198,3 +208,15 @@ class JobBenefit:
             for uri in set(self.sizes) - set(tables):
                 del self.sizes[uri]  # let go
             return found
+
+
+def tables_benefit(
+    settings: Settings, snapshots: Sequence[TableSnapshot], history: HistoryStore
+) -> dict[str, TableBenefit]:
+    """`recluster status`: the figures the job shows, from one read of every log and the whole history (none
+    without `benefit.event_logs`). Without the job's memory the pause counts from now when no query was seen."""
+    if not settings.benefit.event_logs:
+        return {}
+    now_ms = round(time.time() * 1000)
+    sizes = {s.uri: TableSize(now_ms, len(s.blocks), sum(b.bytes for b in s.blocks)) for s in snapshots}
+    return JobBenefit.of(settings).count(sizes, history, now_ms)
