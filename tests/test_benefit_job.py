@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -239,3 +241,40 @@ def test_recluster_status_shows_the_benefit(tmp_path: Path, capsys: pytest.Captu
     assert entry["benefit"] is None
     code, out, _ = run_main(capsys, "status", table, "--set", checkpoint, "--set", f"benefit.event_logs={logs}")
     assert code == 0 and "0/1" in out
+
+
+def test_the_streaming_job_pauses_an_unread_table_and_resumes_it(tmp_path: Path, spark: Any) -> None:
+    """The real job (Spark's stream of the table's commits, the job's tick): no query in the logs for 4.3 s (the
+    pause set to 0.00005 days) pauses the table, so appends that overlap get no merge; a query of it logged (at a
+    time a day ahead, so the test's clock cannot pause it again) resumes it and the job's tick reclusters it."""
+    from tests.helpers import row_multiset, running_job, wait_for
+
+    table, logs = tmp_path / "table", tmp_path / "logs"
+    logs.mkdir()
+    rng = np.random.default_rng(45)
+    appended = [append_random(table, rng, 0)]
+    settings = job_settings(tmp_path / "checkpoint", [table], Policy.LEVELS)
+    benefit = BenefitSettings(event_logs=[str(logs)], read_interval_seconds=0.1, pause_after_days=0.00005)
+    ticks = settings.self_optimizing.model_copy(update={"tick_seconds": 0.1})
+    settings = settings.model_copy(update={"benefit": benefit, "self_optimizing": ticks})
+    uri = str(table)
+    with running_job(spark, settings) as (query, handler):
+
+        def ticked(check: Any) -> Any:
+            handler.tick()  # what the job's main loop calls
+            return check()
+
+        wait_for(lambda: ticked(lambda: uri in handler.tracked and handler.tracked[uri].paused), "the pause")
+        merges = handler.status[uri].tasks
+        for batch in range(1, 4):
+            appended += [append_random(table, rng, batch) for _ in range(2)]
+            query.processAllAvailable()
+        handler.tick()
+        status = handler.status[uri]
+        assert status.tasks == merges and status.pending and status.version >= 6, status
+        assert status.benefit is not None and status.benefit.paused is PauseReason.NO_QUERIES
+        write_log(logs / "app-1", table, 1, round(time.time() * 1000) + DAY_MS)
+        wait_for(lambda: ticked(lambda: handler.status[uri].tasks > merges), "a merge once a query is seen")
+        status = handler.status[uri]
+        assert status.benefit is not None and status.benefit.paused is None and status.benefit.benefit.queries == 1
+    assert row_multiset(DeltaTable(uri).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
