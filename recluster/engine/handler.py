@@ -1,10 +1,11 @@
 """The `foreachBatch` handler of the streaming job (docs/streaming.md): commit entries in, bounded work out.
 
 The handler coordinates; each job is done elsewhere: the tables and their state (job_tables), which table gets which
-work (job_schedule, planning), running it and reporting the table (job_work), what readers see (job_status) and
-maintenance (job_maintenance). Micro-batches, the job's tick and the background load run on different threads; one
-lock serializes them. Our own rewrites come back through the log: they update the state but never trigger work by
-themselves, so the job cannot feed itself. Spark is only a duck-typed batch here: the handler needs no pyspark import.
+work (job_schedule, planning), running it and reporting the table (job_work), what readers see (job_status),
+maintenance (job_maintenance) and the benefit from event logs (job_benefit). Micro-batches, the job's tick and the
+background load run on different threads; one lock serializes them. Our own rewrites come back through the log: they
+update the state but never trigger work by themselves, so the job cannot feed itself. Spark is only a duck-typed batch
+here: the handler needs no pyspark import.
 """
 
 from __future__ import annotations
