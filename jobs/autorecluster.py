@@ -13,7 +13,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -33,7 +33,10 @@ from triggers.spark_kafka import commit_events
 log = logging.getLogger("recluster.job")
 
 SOURCES_UP_SECONDS = 120.0
-"""The longest the first discovery pass waits for the stream's source to be up."""
+"""The longest the job's start and its first discovery pass wait for the stream's source to be up."""
+START_ATTEMPTS = 3
+WORKER_CONNECT_FAILED = "Python worker failed to connect back"
+"""Spark's error when a Python source's worker did not connect back in time (`PythonWorkerFactory`)."""
 
 
 def check_checkpoint_location(location: str) -> None:
@@ -127,13 +130,14 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
     )
     handler.background.append(estimating)  # joined by a graceful stop: its calibration leaves no temporary directory
     estimating.start()
-    query = (
+    start = (
         events.writeStream.foreachBatch(handler)
         .option("checkpointLocation", stream.checkpoint_location)
         .trigger(processingTime=f"{stream.trigger_interval_seconds} seconds")
         .queryName("recluster")
-        .start()
+        .start
     )
+    query = started_query(start)
     if settings.discovery.enabled:
         discovery = JobDiscovery(
             settings, spark, handler.tables.listed, handler.take_up_found, handler.let_go, tables_file
@@ -149,6 +153,29 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
             thread.start()
         handler.background.extend(threads)
     return query, handler
+
+
+def started_query(start: Callable[[], Any]) -> Any:
+    """The query once its sources are up (bounded by SOURCES_UP_SECONDS), started again when one failed to start for
+    want of time only: Spark gives a Python source's worker process a fixed 10 s to connect back, which a busy
+    driver's host can miss (seen at a load of 8 on 2 cores). No batch ran, so starting again from the checkpoint is
+    what a restart of the job would do (docs/streaming.md#starting)."""
+    attempt, query = 1, start()
+    deadline = time.monotonic() + SOURCES_UP_SECONDS
+    while True:
+        while query.isActive and query.status.get("message") == "Initializing sources":
+            if time.monotonic() > deadline:
+                return query
+            time.sleep(0.2)
+        error = None if query.isActive else query.exception()
+        if error is None or WORKER_CONNECT_FAILED not in str(error) or attempt == START_ATTEMPTS:
+            return query
+        log.warning(
+            "recluster reason=source_start_failed attempt=%d error=%s: starting the query again",
+            attempt,
+            first_line(error),
+        )
+        attempt, query = attempt + 1, start()
 
 
 def found_tables_file() -> str:
