@@ -53,6 +53,24 @@ def write_log(path: Path, table: Path, number: int, time_ms: int, files: int = 1
     path.write_text("".join(json.dumps(event) + "\n" for event in events))
 
 
+def test_the_reader_forgets_a_file_gone_and_keeps_its_scans_while_the_location_is_unreadable(tmp_path: Path) -> None:
+    from recluster.engine.job_benefit import EventLogReader
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_log(logs / "app-1", tmp_path / "a", 1, START_MS)
+    write_log(logs / "app-2", tmp_path / "b", 2, START_MS)
+    reader = EventLogReader([str(logs)], {})
+    assert reader.read() == [] and sorted(reader.scans_by_table()) == [str(tmp_path / "a"), str(tmp_path / "b")]
+    (logs / "app-2").unlink()
+    assert reader.read() == [] and list(reader.scans_by_table()) == [str(tmp_path / "a")]
+    (logs / "app-1").rename(tmp_path / "away")
+    logs.rmdir()
+    (problem,) = reader.read()  # the location is gone: one problem, what was read stays counted
+    assert "no such file or directory" in problem and list(reader.scans_by_table()) == [str(tmp_path / "a")]
+    assert reader.files_read == 2
+
+
 def _newest(table: Path) -> int:
     return DeltaTable(str(table)).version()
 

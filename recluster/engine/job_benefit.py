@@ -110,7 +110,7 @@ class EventLogReader:
                 infos = filesystem.get_file_info([path for path, _ in paths])
             except (TableError, OSError, pa.ArrowException) as error:
                 problems.append(str(error))
-                present.update(name for name in self._seen if name.startswith(location))  # kept until readable
+                present.update(self._seen)  # a location not listed now forgets nothing: its files may be back
                 continue
             for (path, shown), info in zip(paths, infos, strict=True):
                 present.add(shown)
