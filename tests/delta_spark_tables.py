@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -191,12 +192,20 @@ def protocol(path: Path) -> tuple[Any, ...]:
     )
 
 
-def rows(referee: Referee, path: Path, recipe: Recipe, version: int | None = None) -> tuple[int, str]:
-    """The multiset of rows Delta Spark reads; with row tracking each row's id and commit version too."""
+ROW_TRACKING_COLUMNS = ("row_id", "row_commit_version")
+
+
+def read_rows(referee: Referee, path: Path, recipe: Recipe, version: int | None = None) -> pa.Table:
+    """The rows Delta Spark reads; with row tracking each row's id and commit version too (ROW_TRACKING_COLUMNS)."""
     source = f"delta.`{path}`" + ("" if version is None else f" VERSION AS OF {version}")
     tracked = recipe.properties.get("delta.enableRowTracking") == "true"
-    extra = ", _metadata.row_id AS row_id, _metadata.row_commit_version AS row_commit_version" if tracked else ""
-    return rows_digest(referee.query(f"SELECT *{extra} FROM {source}"))
+    extra = "".join(f", _metadata.{column} AS {column}" for column in ROW_TRACKING_COLUMNS) if tracked else ""
+    return referee.query(f"SELECT *{extra} FROM {source}")
+
+
+def rows(referee: Referee, path: Path, recipe: Recipe, version: int | None = None) -> tuple[int, str]:
+    """The multiset of rows Delta Spark reads; with row tracking each row's id and commit version too."""
+    return rows_digest(read_rows(referee, path, recipe, version))
 
 
 def our_versions(path: Path, after: int) -> list[int]:

@@ -18,7 +18,18 @@ from recluster.cli import main
 from recluster.core.scheduling import ProcessType
 from recluster.engine.optimizer import optimize_table
 from recluster.engine.rounds import recluster_table, snapshot_loader
-from tests.delta_spark_tables import KEY_DOMAIN, RECIPES, Recipe, copy, our_versions, protocol, rows, settings_for
+from tests.delta_spark_tables import (
+    KEY_DOMAIN,
+    RECIPES,
+    ROW_TRACKING_COLUMNS,
+    Recipe,
+    copy,
+    our_versions,
+    protocol,
+    read_rows,
+    rows,
+    settings_for,
+)
 from tests.referee import Referee
 from tests.table_shapes import rows_digest
 
@@ -67,8 +78,10 @@ def test_delta_spark_reads_streams_and_writes_after_our_rewrites(
     recipe = RECIPES[feature]
     path = copy(sources[feature], tmp_path / "t")
     shadow = copy(sources[feature], tmp_path / "shadow")
-    expected = rows(referee, path, recipe)
-    original = referee.read(path)  # the rows as plain data (the shadow's too: it is a copy)
+    read = read_rows(referee, path, recipe)
+    expected = rows_digest(read)
+    # the rows as plain data (the shadow's too: it is a copy)
+    original = read.drop_columns([c for c in ROW_TRACKING_COLUMNS if c in read.column_names])
     before = protocol(path)
     start = DeltaTable(str(path)).version()
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
@@ -96,10 +109,10 @@ def test_delta_spark_reads_streams_and_writes_after_our_rewrites(
     assert appended.num_rows == 300
     assert rows_digest(streamed) == rows_digest(pa.concat_tables([original, appended]))
 
-    referee.sql(AFTER_OURS[0].format(t=f"delta.`{shadow}`", label=label))
+    for statement in AFTER_OURS[:-1]:  # OPTIMIZE changes no row: the shadow's rows are the same without it
+        referee.sql(statement.format(t=f"delta.`{shadow}`", label=label))
     for statement in AFTER_OURS[1:]:
-        for table in (path, shadow):
-            referee.sql(statement.format(t=f"delta.`{table}`", label=label))
+        referee.sql(statement.format(t=target, label=label))
     assert rows_digest(referee.read(path)) == rows_digest(referee.read(shadow))
     if recipe.properties.get("delta.enableRowTracking") == "true":  # rows written after ours got fresh ids
         ids = referee.sql(f"SELECT count(*) AS n, count(DISTINCT _metadata.row_id) AS ids FROM {target}")[0]
