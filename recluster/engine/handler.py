@@ -206,8 +206,8 @@ class ReclusterHandler:
 
     def count_benefit(self, now_ms: int) -> None:
         """Read the new event log files and count every tracked table's benefit (outside the lock: a batch only
-        reads what is assigned here), then show it: one log line per table, its status republished. A table whose
-        pause ends is planned at the next pass."""
+        reads what is assigned here), then show it: a log line per table whose figures changed, its status
+        republished. A table whose pause ends is planned at the next pass."""
         with self.lock:  # the sizes as the last batch left them; the reading and counting go on without the lock
             tables = {
                 uri: TableSize(now_ms, len(t.state.blocks), sum(b.bytes for b in t.state.blocks))
@@ -222,8 +222,9 @@ class ReclusterHandler:
                     continue
                 if tracked.paused is not None and benefit.paused is None:
                     tracked.pending = True  # a query was seen again: reclustering resumes
+                if benefit != tracked.benefit:  # a line when its figures changed, not every read
+                    log.info("recluster benefit table=%s %s", uri, benefit)
                 tracked.benefit = benefit
-                log.info("recluster benefit table=%s %s", uri, benefit)
                 status = self.status.get(uri)
                 if status is not None and status.error is None:
                     statuses.append(replace(status, benefit=benefit, pending=tracked.pending))
