@@ -68,6 +68,7 @@ def test_the_reader_forgets_a_file_gone_and_keeps_its_scans_while_the_location_i
     logs.rmdir()
     (problem,) = reader.read()  # the location is gone: one problem, what was read stays counted
     assert "no such file or directory" in problem and list(reader.scans_by_table()) == [str(tmp_path / "a")]
+    assert not reader.listed_all  # and no table is paused for want of queries it could not see
     assert reader.files_read == 2
 
 
@@ -269,6 +270,7 @@ def test_the_streaming_job_pauses_an_unread_table_and_resumes_it(tmp_path: Path,
 
     table, logs = tmp_path / "table", tmp_path / "logs"
     logs.mkdir()
+    write_log(logs / "app-0", tmp_path / "other", 1, round(time.time() * 1000))  # a query of another table
     rng = np.random.default_rng(45)
     appended = [append_random(table, rng, 0)]
     settings = job_settings(tmp_path / "checkpoint", [table], Policy.LEVELS)

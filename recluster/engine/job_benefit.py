@@ -99,17 +99,22 @@ class EventLogReader:
         self._scans: dict[str, list[Scan]] = {}
         self.files_read = 0
         """Files read so far (re-reads of changed files included): what tests check incrementality on."""
+        self.listed_all = False
+        """Whether the last read listed every location: a pause counts only then (an unreadable location hides
+        queries: its tables are not paused for it)."""
 
     def read(self) -> list[str]:
         """Read what is new; returns the problem lines (a malformed or cut-short file, an unreadable location)."""
         problems: list[str] = []
         present: set[str] = set()
+        self.listed_all = True
         for location in self.locations:
             try:
                 filesystem, paths = event_log_files(location, self.options)
                 infos = filesystem.get_file_info([path for path, _ in paths])
             except (TableError, OSError, pa.ArrowException) as error:
                 problems.append(str(error))
+                self.listed_all = False
                 present.update(self._seen)  # a location not listed now forgets nothing: its files may be back
                 continue
             for (path, shown), info in zip(paths, infos, strict=True):
@@ -203,7 +208,7 @@ class JobBenefit:
                     rewrites.get(uri, []),
                     now_ms=now_ms,
                     watched_since_ms=self.watched_since_ms,
-                    pause_after_days=self.settings.pause_after_days,
+                    pause_after_days=self.settings.pause_after_days if self.reader.listed_all else None,
                 )
             for uri in set(self.sizes) - set(tables):
                 del self.sizes[uri]  # let go
