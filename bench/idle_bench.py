@@ -1,6 +1,6 @@
 """Per-trigger cost of idle watched tables in the streaming job: `python -m bench.idle_bench [--quick]` (issue 23).
 
-The job's scheduling pass (`ReclusterHandler._run_scheduled`, what every micro-batch and tick runs) over N tracked
+The job's scheduling pass (`JobReports.run_scheduled`, what every micro-batch and tick runs) over N tracked
 tables that receive no commits, N = 1, 100, 1,000, 10,000 (quick: up to 1,000). The tables are copies of one small
 real table's state under distinct URIs (a pass does no I/O per table: properties, history and file stats are in
 memory). Measured in the same process, median of 20 passes each: the pass when every table is evaluated (what every
@@ -39,7 +39,7 @@ def pass_seconds(handler: ReclusterHandler, evaluate_all: bool) -> float:
             for tracked in handler.tracked.values():
                 tracked.quiet_until = 0.0
         started = time.perf_counter()
-        handler._run_scheduled({})
+        handler.reports.run_scheduled({})
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -57,7 +57,7 @@ def measure(work: Path, count: int) -> dict[str, Any]:
     handler = ReclusterHandler(settings, settings.tables, spark=None)
     base = handler.tables.track(str(table), None)
     handler.tables.tracked = {f"{table}#{i}": dataclasses.replace(base, uri=f"{table}#{i}") for i in range(count)}
-    handler._run_scheduled({})  # the first pass: every table evaluated once
+    handler.reports.run_scheduled({})  # the first pass: every table evaluated once
     every, idle = pass_seconds(handler, evaluate_all=True), pass_seconds(handler, evaluate_all=False)
     log(f"{count:,} idle tables: every table evaluated {every * 1000:.2f} ms, idle pass {idle * 1000:.3f} ms")
     return {"tables": count, "evaluate_all_seconds": every, "idle_pass_seconds": idle}

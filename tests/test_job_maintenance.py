@@ -99,21 +99,21 @@ def test_idle_tables_are_not_looked_at_until_a_commit_or_their_quiet_time_ends(
         return real_health(blocks, config)
 
     monkeypatch.setattr(job_schedule, "table_health", counted)
-    handler._run_scheduled({})
+    handler.reports.run_scheduled({})
     assert len(looked) == 3  # the first pass looks at every table
     assert all(t.quiet_until == math.inf for t in handler.tracked.values())  # one file each: no trigger can fire
     looked.clear()
     for _ in range(5):
-        handler._run_scheduled({})
+        handler.reports.run_scheduled({})
     assert looked == []  # idle: nothing evaluated
     first, second, _ = handler.tracked
-    handler._run_scheduled({first: True})  # a commit on one table: that table only
+    handler.reports.run_scheduled({first: True})  # a commit on one table: that table only
     assert len(looked) == 1
     looked.clear()
     now = handler_module.time.time()
     handler.tracked[second].quiet_until = now + 10
     monkeypatch.setattr(handler_module.time, "time", lambda: now + 11)
-    handler._run_scheduled({})  # the second table's quiet time is over: looked at again, the others not
+    handler.reports.run_scheduled({})  # the second table's quiet time is over: looked at again, the others not
     assert len(looked) == 1
 
 

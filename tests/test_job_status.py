@@ -97,9 +97,9 @@ def test_a_curve_keys_first_batch_plans_once_after_its_bounds_and_keeps_the_budg
     assert len(unbudgeted.tasks) == 3 and planned.plan.tasks == unbudgeted.tasks[:1] and planned.work_left
 
     handler.tracked[str(path)] = tracked
-    reports = handler._run_scheduled({str(path): True})
+    reports = handler.reports.run_scheduled({str(path): True})
     (report,) = reports
-    handler._publish(reports)
+    handler.reports.publish(reports)
     assert report.status.tasks == 1 and report.status.pending  # one task ran, the rest is left for the next batch
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == expected
     assert handler.board.view.snapshots[str(path)].version == tracked.version
@@ -149,7 +149,7 @@ def test_a_table_with_a_malformed_property_keeps_its_error_and_is_left_alone(tmp
     handler = ReclusterHandler(settings, settings.tables, spark=None)
     handler.tracked[uri] = handler.tables.track(uri, None)
     version = DeltaTable(uri).version()
-    handler._publish(handler._run_scheduled({uri: True}))
+    handler.reports.publish(handler.reports.run_scheduled({uri: True}))
     status = handler.status[uri]
     assert status.error is not None and "no-such-policy" in status.error and status.tasks == 0
     assert DeltaTable(uri).version() == version  # nothing was rewritten

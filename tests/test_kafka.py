@@ -47,7 +47,9 @@ def test_job_driven_by_kafka_survives_malformed_duplicate_events_and_a_broker_re
             query.processAllAvailable()
         before_restart = handler.status[str(table)]
         assert before_restart.tasks > 0, before_restart
-        assert handler.skipped_events == 0  # counted per batch; the malformed ones were in batch 2's micro-batch
+        assert (
+            handler.reports.skipped_events == 0
+        )  # counted per batch; the malformed ones were in batch 2's micro-batch
 
         # The broker goes away (a clean shutdown: it comes back with its topics and offsets) while writers keep writing.
         broker.stop()

@@ -1,11 +1,11 @@
 """The `foreachBatch` handler of the streaming job (docs/streaming.md): commit entries in, bounded work out.
 
 The handler coordinates; each job is done elsewhere: the tables and their state (job_tables), which table gets which
-work (job_schedule, planning), running it and reporting the table (job_work), what readers see (job_status),
-maintenance (job_maintenance) and the benefit from event logs (job_benefit). Micro-batches, the job's tick and the
-background load run on different threads; one lock serializes them. Our own rewrites come back through the log: they
-update the state but never trigger work by themselves, so the job cannot feed itself. Spark is only a duck-typed batch
-here: the handler needs no pyspark import.
+work (job_schedule, planning), running a pass's work and reporting the tables (job_reports, job_work), what readers
+see (job_status), maintenance (job_maintenance) and the benefit from event logs (job_benefit). Micro-batches, the
+job's tick and the background load run on different threads; one lock serializes them. Our own rewrites come back
+through the log: they update the state but never trigger work by themselves, so the job cannot feed itself. Spark is
+only a duck-typed batch here: the handler needs no pyspark import.
 """
 
 from __future__ import annotations
@@ -18,24 +18,20 @@ from dataclasses import replace
 from typing import Any
 
 from recluster.core.benefit import TableSize
-from recluster.core.errors import ErrorKind, TableError
-from recluster.core.metrics import clustering_info
-from recluster.core.optimizing import OptimizingConfig, optimizing_config
+from recluster.core.errors import TableError
 from recluster.delta.log import CommitEntry
 from recluster.engine.backoff import FailureBook
 from recluster.engine.discovery import FoundTable
-from recluster.engine.failures import failed_record, failed_status
 from recluster.engine.job_benefit import JobBenefit
 from recluster.engine.job_discovery import JobDiscovery
 from recluster.engine.job_maintenance import JobMaintenance
-from recluster.engine.job_schedule import DueWork, schedule_pass
+from recluster.engine.job_reports import JobReports
+from recluster.engine.job_schedule import DueWork
 from recluster.engine.job_state import TableStatus, TrackedTable
 from recluster.engine.job_status import StatusBoard, WorkInProgress
 from recluster.engine.job_tables import JobTables
-from recluster.engine.job_work import TableReport, run_work
 from recluster.engine.optimizer import history_store
-from recluster.engine.publish import BufferedPublisher, MetricsRecord, with_estimate
-from recluster.settings import Settings, SettingsError, TableSettings, resolve_selection
+from recluster.settings import Settings, TableSettings
 
 log = logging.getLogger("recluster.job")
 
@@ -52,20 +48,28 @@ class ReclusterHandler:
         self.stopping = threading.Event()
         self.work = WorkInProgress()
         self.idle = self.work.idle
-        kafka = settings.kafka
-        self.metrics = BufferedPublisher(kafka, kafka.metrics_topic) if kafka.metrics_topic else None
-        self.skipped_events = 0
         self.history = history_store(settings, deferred=True)  # written by `tick`, outside micro-batches
         self.lock = threading.Lock()
         """Serializes micro-batches, `tick` and table loads (they run on different threads)."""
         self.last_tick = 0.0
-        self.maintenance = JobMaintenance(settings, self.history, self.options, self._config, self.stopping)
+        self.failures = FailureBook(settings.stream.table_retry_seconds, settings.stream.table_retry_max_seconds)
+        self.reports = JobReports(
+            settings,
+            self.tracked,
+            self.board,
+            self.history,
+            self.failures,
+            lambda: self.spark,
+            self.stopping,
+            lambda: self.discovery is None or self.discovery.may_work(),
+        )
+        self.metrics = self.reports.metrics
+        self.maintenance = JobMaintenance(settings, self.history, self.options, self.reports.config, self.stopping)
         self.benefit = JobBenefit.of(settings)
         self.last_batch_time: float | None = None
         """Wall-clock time (time.time()) the last micro-batch finished; None before the first one."""
         self.loaded = threading.Event()
         """Set once every configured table was loaded (or its error published) by `load_tables`."""
-        self.failures = FailureBook(settings.stream.table_retry_seconds, settings.stream.table_retry_max_seconds)
         self.discovery: JobDiscovery | None = None
         """The job's discovery when it has catalogs or roots to look in (docs/discovery.md)."""
         self.background: list[threading.Thread] = []
@@ -120,7 +124,7 @@ class ReclusterHandler:
             tracked = self.tables.track(uri, None)
         except Exception as error:  # a failing table never stops the others (docs/operations.md#when-a-table-fails)
             with self.lock:
-                self._fail(uri, error)
+                self.reports.fail(uri, error)
             return
         with self.lock:
             if uri in self.tracked:  # a micro-batch loaded it meanwhile, maybe at a newer version
@@ -128,24 +132,9 @@ class ReclusterHandler:
             tracked.pending = True  # commits it holds may not reach a micro-batch as new: plan once
             self.tracked[uri] = tracked
             self.failures.clear(uri)
-            config = self._config(tracked)
-            reports = [self._report(tracked, DueWork(uri, config, None, "loaded"))] if config is not None else []
-            self._publish(reports)
-
-    def _fail(self, uri: str, error: BaseException) -> None:
-        """Keep a table's failure to that table: classified, logged, shown with it, retried after a backoff."""
-        failure = self.failures.failed(uri, error, time.time())
-        log.error("%s", failure, exc_info=error if failure.kind is ErrorKind.UNKNOWN else None)
-        status = failed_status(failure, self.status.get(uri))
-        tracked = self.tracked.get(uri)
-        if tracked is not None:
-            tracked.pending = True  # its work is tried again once the backoff has passed
-            record = failed_record(failure, tracked.version, tracked.state.info(tracked.key))
-            self.board.publish([status], [tracked.snapshot()])
-        else:
-            record = failed_record(failure, -1, clustering_info([]))
-            self.board.publish([status], dropped=[uri])
-        self._publish_records([record])
+            config = self.reports.config(tracked)
+            reports = [self.reports.report(tracked, DueWork(uri, config, None, "loaded"))] if config is not None else []
+            self.reports.publish(reports)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         with self.work.running():
@@ -156,7 +145,7 @@ class ReclusterHandler:
             rows = [r.asDict() for r in frame.collect()]
             if self.settings.stream.source == "kafka":
                 read = self.tables.commits_for_events(rows)
-                commits, self.skipped_events = list(read.commits), read.malformed
+                commits, self.reports.skipped_events = list(read.commits), read.malformed
             else:
                 commits = [CommitEntry.from_row(row) for row in rows]
             by_table: dict[str, list[CommitEntry]] = {}
@@ -165,7 +154,7 @@ class ReclusterHandler:
                     by_table.setdefault(commit.table, []).append(commit)
             with self.lock:
                 touched = {uri: foreign for uri, c in by_table.items() if (foreign := self._apply(uri, c)) is not None}
-                self._publish(self._run_scheduled(touched))
+                self.reports.publish(self.reports.run_scheduled(touched))
         finally:
             self.last_batch_time = time.time()
 
@@ -177,7 +166,7 @@ class ReclusterHandler:
             _, foreign = self.tables.apply(uri, commits)
         except Exception as error:
             self.tracked.pop(uri, None)
-            self._fail(uri, error)
+            self.reports.fail(uri, error)
             return None
         if not was_tracked:
             self.failures.clear(uri)
@@ -193,7 +182,7 @@ class ReclusterHandler:
         with self.work.running():
             if self.lock.acquire(blocking=False):  # else a micro-batch is running: it schedules the same work
                 try:
-                    self._publish(self._run_scheduled({}))
+                    self.reports.publish(self.reports.run_scheduled({}))
                 finally:
                     self.lock.release()
             for uri in self.failures.due(time.time()):  # tables that failed to load: try again
@@ -236,73 +225,3 @@ class ReclusterHandler:
             self.history.flush()
         except (TableError, OSError) as error:
             log.error("recluster history=%s error=%s", self.history.location, error)
-
-    def _publish(self, reports: Sequence[TableReport]) -> None:
-        """One new view for readers with these tables' statuses and snapshots, and their metrics records."""
-        if reports:
-            self.board.publish([r.status for r in reports], [r.snapshot for r in reports])
-            self._publish_records([r.record for r in reports])
-
-    def _publish_records(self, records: Sequence[MetricsRecord]) -> None:
-        if self.metrics is not None and records:
-            self.metrics.publish((r.table, with_estimate(r, self.history.records()).model_dump_json()) for r in records)
-
-    def _run_scheduled(self, touched: Mapping[str, bool]) -> list[TableReport]:
-        """One scheduling pass (job_schedule), its work run in the policy's order, every table with new commits
-        reported. `touched` maps tables with new commits in this batch to whether a commit was not ours."""
-        reports = []
-        if not self.stopping.is_set() and (self.discovery is None or self.discovery.may_work()):
-            scheduled = schedule_pass(
-                self.tracked,
-                touched,
-                self._config,
-                settings=self.settings,
-                history=self.history,
-                failures=self.failures,
-            )
-            for uri, error in scheduled.failed:
-                self._fail(uri, error)
-            for work in scheduled.run:
-                if self.stopping.is_set():
-                    break
-                try:
-                    reports.append(self._report(self.tracked[work.table], work))
-                except Exception as error:  # tasks that committed before it failed are kept (they are in the log)
-                    self._fail(work.table, error)
-            for work in scheduled.waiting:
-                self.tracked[work.table].pending = True
-                log.info("recluster table=%s reason=over_quota %s", work.table, work)
-                waiting = DueWork(work.table, work.config, None, "over_quota")
-                reports.append(self._report(self.tracked[work.table], waiting))
-        reported = {r.status.table for r in reports}
-        for uri in touched:
-            if uri not in reported and uri in self.tracked:
-                config = self._config(self.tracked[uri])
-                if config is not None:
-                    reason = str(self.tracked[uri].paused or "within_threshold")
-                    reports.append(self._report(self.tracked[uri], DueWork(uri, config, None, reason)))
-        return reports
-
-    def _report(self, tracked: TrackedTable, work: DueWork) -> TableReport:
-        report = run_work(
-            tracked,
-            work,
-            settings=self.settings,
-            spark_factory=lambda: self.spark,
-            history=self.history,
-            failures=self.failures,
-            skipped_events=self.skipped_events,
-        )
-        log.info("%s", report.status)
-        return report
-
-    def _config(self, tracked: TrackedTable) -> OptimizingConfig | None:
-        """The table's self-optimizing config from its properties; a malformed property is reported and
-        the table is left alone until it is fixed (a property change reloads the table)."""
-        try:
-            resolve_selection(self.settings.selection, tracked.properties)  # a bad recluster.policy, too
-            return optimizing_config(tracked.properties, self.settings.self_optimizing)
-        except SettingsError as error:
-            self.board.publish([TableStatus(tracked.uri, tracked.version, (), 1.0, error=str(error))])
-            log.error("recluster table=%s reason=bad_property error=%s", tracked.uri, error)
-            return None
