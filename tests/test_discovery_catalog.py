@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import yaml
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from recluster.delta.log_writer import set_table_properties
-from tests.helpers import start_logged, stop_watch, wait_for
+from tests.helpers import append_random, row_multiset, start_logged, stop_watch, wait_for
 from tests.hive_metastore import Metastore
 from tests.referee import Referee
 from tests.spark_cluster import free_port
@@ -120,3 +120,53 @@ def test_a_catalog_database_is_watched_with_its_inherited_settings(
         else:
             print(log.read_text(errors="replace")[-5000:])
     assert "reason=source_failed" not in log.read_text()
+
+
+def test_a_bad_catalog_address_is_one_line_and_the_path_tables_go_on(tmp_path: Path) -> None:
+    """Discovery from a metastore nothing listens on, next to a table named by its path: the catalog's source
+    fails on one line (Hive's client retries bounded by recluster.spark.session.HIVE_CLIENT_DEFAULTS) and the path
+    table is reclustered with its rows whole."""
+    rng = np.random.default_rng(45)
+    table = tmp_path / "tables" / "by_path"
+    appended = [append_random(table, rng, batch) for batch in range(6)]
+    port = free_port()
+    address = f"thrift://127.0.0.1:{free_port()}"
+    config = tmp_path / "recluster.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "discovery": {"interval_seconds": 2, "catalogs": [{"databases": "shop"}]},
+                "tables": [{"uri": str(table)}],
+                "clustering": {"target_rows": 5_000},
+                "spark": {
+                    "master": "local[1]",
+                    "conf": {
+                        "spark.sql.catalogImplementation": "hive",
+                        "spark.hadoop.hive.metastore.uris": address,
+                        "spark.sql.warehouse.dir": str(tmp_path / "warehouse"),
+                    },
+                },
+                "stream": {
+                    "checkpoint_location": str(tmp_path / "checkpoint"),
+                    "trigger_interval_seconds": 0.5,
+                    "starting_version": "earliest",
+                },
+                "http": {"port": port},
+            }
+        )
+    )
+    log = tmp_path / "watch.log"
+    process = start_logged([sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"], log)
+    try:
+        committed = f"table={table} commit status=committed"
+        wait_for(lambda: committed in log.read_text(), "the path table reclustered", process, timeout=300)
+        wait_for(lambda: "reason=source_failed" in log.read_text(), "the catalog's failure logged", process)
+    finally:
+        if process.poll() is None:
+            stop_watch(process, log)
+        else:
+            print(log.read_text(errors="replace")[-5000:])
+    failures = [line for line in log.read_text().splitlines() if "reason=source_failed" in line]
+    assert failures and all("source=spark_catalog" in line for line in failures), failures
+    assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
+    assert len(DeltaTable(str(table)).file_uris()) < len(appended)

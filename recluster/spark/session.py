@@ -1,4 +1,5 @@
-"""The Spark session merges run in: workers run this interpreter, optimizer groups get FAIR pools."""
+"""The Spark session merges run in: workers run this interpreter, optimizer groups get FAIR pools, Hive's client
+retries are bounded."""
 
 from __future__ import annotations
 
@@ -36,6 +37,16 @@ def use_scheduler_pool(spark: Any, pool: str | None) -> None:
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
 
 
+HIVE_CLIENT_DEFAULTS = {
+    "spark.hadoop.hive.metastore.connect.retries": "1",
+    "spark.hadoop.hive.metastore.failure.retries": "1",
+    "spark.hadoop.hive.metastore.client.connect.retry.delay": "1s",
+    "spark.hadoop.hive.metastore.client.socket.timeout": "20s",
+}
+"""Spark's built-in Hive client: one connection attempt and one retry of a failed call, 20 s to answer, instead of
+Hive's retries that took about a minute to report an unreachable metastore (docs/discovery.md#a-bad-catalog-address).
+`spark.conf` overrides them."""
+
 DRIVER_THREAD_STACK = "16m"
 """Default stack size of the driver JVM's threads (the JVM's default is 1 MB on Linux x86-64)."""
 
@@ -68,6 +79,7 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
         "spark.scheduler.mode": "FAIR",
+        **HIVE_CLIENT_DEFAULTS,
         **settings.conf,
     }
     pools_file = fair_scheduler_pools(pools) if pools else None
