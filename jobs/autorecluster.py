@@ -220,5 +220,5 @@ def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float 
     for thread in handler.background:
         thread.join(timeout=max(deadline - time.monotonic(), 5.0))
     handler.flush_history()
-    if handler.metrics is not None:
-        handler.metrics.close()
+    if handler.reports.metrics is not None:
+        handler.reports.metrics.close()

@@ -73,8 +73,9 @@ def test_job_driven_by_kafka_survives_malformed_duplicate_events_and_a_broker_re
     assert row_multiset(final.to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
     assert after.tasks > before_restart.tasks  # kept reclustering after the restart, driven by Kafka only
     assert after.version >= final.version() - 2  # caught up with the log, including the unannounced appends
-    assert handler.metrics is not None
-    assert not handler.metrics.buffer, f"{len(handler.metrics.buffer)} metrics records still unsent at the stop"
+    publisher = handler.reports.metrics
+    assert publisher is not None
+    assert not publisher.buffer, f"{len(publisher.buffer)} metrics records still unsent at the stop"
     values = read_records(
         broker.bootstrap,
         METRICS,

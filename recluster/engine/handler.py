@@ -63,7 +63,6 @@ class ReclusterHandler:
             self.stopping,
             lambda: self.discovery is None or self.discovery.may_work(),
         )
-        self.metrics = self.reports.metrics
         self.maintenance = JobMaintenance(settings, self.history, self.options, self.reports.config, self.stopping)
         self.benefit = JobBenefit.of(settings)
         self.last_batch_time: float | None = None

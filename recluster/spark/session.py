@@ -44,8 +44,8 @@ HIVE_CLIENT_DEFAULTS = {
     "spark.hadoop.hive.metastore.client.socket.timeout": "20s",
 }
 """Spark's built-in Hive client: one connection attempt and one retry of a failed call, 20 s to answer, instead of
-Hive's retries that took about a minute to report an unreachable metastore (docs/discovery.md#a-bad-catalog-address).
-`spark.conf` overrides them."""
+Hive's three attempts and 600 s (docs/discovery.md#a-bad-catalog-address: the timeout is for a metastore that accepts
+and never answers; a refused connection failed as fast with Hive's values in the test). `spark.conf` overrides them."""
 
 DRIVER_THREAD_STACK = "16m"
 """Default stack size of the driver JVM's threads (the JVM's default is 1 MB on Linux x86-64)."""
