@@ -57,6 +57,23 @@ def block(low, high, partition=(), key=KEY, path="f"):
             ReclusterStatement("/t", final=True, where=None, limit=None, if_exists=False),
         ),
         ("ALTER TABLE '/t' CLUSTER BY (a, `b c`)", ClusterByStatement("/t", ("a", "b c"), False)),
+        # names, resolved by the command line through the session's catalog (docs/discovery.md#tables-by-name)
+        (
+            "ALTER TABLE shop.events RECLUSTER FINAL",
+            ReclusterStatement("shop.events", final=True, where=None, limit=None, if_exists=False),
+        ),
+        (
+            "ALTER TABLE hive.shop.`my.events` CLUSTER BY (k)",
+            ClusterByStatement("hive.shop.`my.events`", ("k",), False),
+        ),
+        (
+            "OPTIMIZE TABLE delta.events RECLUSTER",
+            ReclusterStatement("delta.events", final=True, where=None, limit=None, if_exists=False),
+        ),
+        (
+            "ALTER TABLE a.b.c.d RECLUSTER",
+            ReclusterStatement("a.b.c.d", final=False, where=None, limit=None, if_exists=False),
+        ),
     ],
 )
 def test_statements(text, expected):
@@ -73,6 +90,7 @@ def test_statements(text, expected):
         ("ALTER TABLE '/t' CLUSTER BY (a,", 32, "end of statement"),
         ("ALTER TABLE '/t' RECLUSTER FINAL extra", 34, "'extra'"),
         ("DROP TABLE '/t'", 1, "'DROP'"),
+        ("ALTER TABLE shop.(k) RECLUSTER", 18, "'('"),
     ],
 )
 def test_parse_errors_point_at_the_token(text, column, found):

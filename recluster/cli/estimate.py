@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recluster.cli.common import UsageError, print_json, settings_of
+from recluster.cli.tables import located
 from recluster.core.estimate.projection import MB, TableEstimate
 from recluster.core.keys import parse_columns
 from recluster.engine.estimate import estimate_table
@@ -21,9 +22,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise UsageError(f"--every must be a positive number of appends (got {args.every})")
     if args.merge_mb_per_second is not None and not args.merge_mb_per_second > 0:
         raise UsageError(f"--merge-mb-per-second must be positive (got {args.merge_mb_per_second:g})")
+    table = located(args.table, settings_of(args))
     result = estimate_table(
-        args.table,
-        settings=settings_of(args),
+        table.location,
+        settings=table.settings,
         cluster_by=parse_columns(args.cluster_by) if args.cluster_by else None,
         policy=args.policy,
         days=args.days,

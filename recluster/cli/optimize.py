@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recluster.cli.common import EXIT_ERROR, UsageError, print_json, settings_of
+from recluster.cli.tables import located
 from recluster.core.keys import parse_columns
 
 if TYPE_CHECKING:
@@ -22,11 +23,11 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
     if args.safety_age_hours < 0:
         raise UsageError("--safety-age-hours must not be negative")
-    settings = settings_of(args)
+    table = located(args.table, settings_of(args))
     result = clean_orphans(
-        args.table,
+        table.location,
         safety_age_seconds=args.safety_age_hours * 3600,
-        storage_options=storage_options_for(settings, args.table),
+        storage_options=storage_options_for(table.settings, table.location),
         dry_run=args.dry_run,
     )
     if args.json:
@@ -50,9 +51,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from recluster.engine.rounds import snapshot_loader
     from recluster.spark.session import spark_session
 
-    settings = settings_of(args)
+    table = located(args.table, settings_of(args))
+    settings = table.settings
     key = parse_columns(args.cluster_by) if args.cluster_by else None
-    loader = snapshot_loader(args.table, settings, key, keyless=True)
+    loader = snapshot_loader(table.location, settings, key, keyless=True)
     with Console(stderr=True).status("optimizing", spinner="dots"):
         result = optimize_table(
             loader,
@@ -159,11 +161,11 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from recluster.delta.maintenance_steps import MaintenanceStep
     from recluster.engine.api import storage_options_for
 
-    settings = settings_of(args)
+    table = located(args.table, settings_of(args))
     result = maintain_table(
-        args.table,
-        settings.self_optimizing.maintenance,
-        storage_options=storage_options_for(settings, args.table),
+        table.location,
+        table.settings.self_optimizing.maintenance,
+        storage_options=storage_options_for(table.settings, table.location),
         dry_run=args.dry_run,
     )
     if args.json:

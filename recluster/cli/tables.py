@@ -13,6 +13,7 @@ from recluster.cli.render import render_info, render_result
 from recluster.core.errors import TableError
 from recluster.core.keys import parse_columns
 from recluster.engine.api import table_info
+from recluster.engine.table_names import LocatedTable, UnknownTableError, locate_table
 from recluster.settings import (
     Settings,
 )
@@ -21,10 +22,20 @@ if TYPE_CHECKING:
     pass
 
 
+def located(reference: str, settings: Settings) -> LocatedTable:
+    """The command's table, by path or by name (docs/discovery.md#tables-by-name); a name's location is said on
+    stderr, so the output that follows is known to be that table's."""
+    table = locate_table(reference, settings)
+    if table.name is not None:
+        print(f"{table.name}: {table.location}", file=sys.stderr)
+    return table
+
+
 def cmd_info(args: argparse.Namespace) -> int:
+    table = located(args.table, settings_of(args))
     result = table_info(
-        args.table,
-        settings=settings_of(args),
+        table.location,
+        settings=table.settings,
         cluster_by=parse_columns(args.cluster_by) if args.cluster_by else None,
         partition=parse_partition(args.partition),
     )
@@ -36,9 +47,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    table = located(args.table, settings_of(args))
     return recluster_and_report(
-        args.table,
-        settings=settings_of(args),
+        table.location,
+        settings=table.settings,
         cluster_by=parse_columns(args.cluster_by) if args.cluster_by else None,
         final=args.final,
         where=args.where,
@@ -104,21 +116,24 @@ def recluster_and_report(
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from recluster.core.sql import ClusterByStatement, parse_statement
+    from recluster.core.table_names import TableNameError
     from recluster.delta.snapshot import open_table
     from recluster.engine.api import set_cluster_key, storage_options_for
 
     statement = parse_statement(args.statement)
-    settings = settings_of(args)
-    options = storage_options_for(settings, statement.table)
     try:
-        open_table(statement.table, options)
-    except TableError:
-        if statement.if_exists:
+        table = located(statement.table, settings_of(args))
+        settings, uri = table.settings, table.location
+        options = storage_options_for(settings, uri)
+        open_table(uri, options)
+    except TableError as error:
+        missing = isinstance(error, UnknownTableError) or not isinstance(error, TableNameError)  # not a bad name
+        if statement.if_exists and missing:
             print(f"table {statement.table} does not exist; nothing to do (IF EXISTS)", file=sys.stderr)
             return 0
         raise
     if isinstance(statement, ClusterByStatement):
-        key = set_cluster_key(statement.table, statement.columns, statement.curve, settings=settings, options=options)
+        key = set_cluster_key(uri, statement.columns, statement.curve, settings=settings, options=options)
         summary = {
             "table": statement.table,
             "cluster_by": list(key.names),
@@ -135,7 +150,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
             )
         return 0
     return recluster_and_report(
-        statement.table,
+        uri,
         settings=settings,
         cluster_by=None,
         final=statement.final,

@@ -150,6 +150,7 @@ def start_http(settings: Settings) -> HealthServer | None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from jobs.autorecluster import check_checkpoint_location, start_job
+    from recluster.engine.table_names import resolve_configured_tables
     from recluster.spark.session import spark_session
 
     settings = stream_settings(args)
@@ -166,6 +167,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             prepare_event_log_dir(settings)
             spark = spark_session(settings.spark, settings.self_optimizing.groups)
             stop.catch()
+            settings = resolve_configured_tables(spark, settings)  # tables named db.table: at their location
             query, handler = start_job(spark, settings, settings.tables)
             if server is not None:
                 server.attach(query, handler)

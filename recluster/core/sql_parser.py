@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from recluster.core.table_names import quoted
+
 
 class SqlError(ValueError):
     """A statement that does not parse; the message names the column and the offending token."""
@@ -93,16 +95,28 @@ class Parser:
         raise self.error(what)
 
     def table(self) -> str:
-        token = self.current
-        if token.kind == "word" and token.upper == "DELTA" and self.tokens[self.index + 1].text == ".":
+        """delta.`URI` or a quoted path (the location), or a name `db.table` / `catalog.db.table` (its parts
+        backquoted when needed), returned as the command line takes it (docs/discovery.md#tables-by-name)."""
+        token, following = self.current, self.tokens[self.index + 1]
+        if token.upper == "DELTA" and following.text == "." and self.tokens[self.index + 2].kind == "quoted":
             self.index += 2
-            token = self.current
-            if token.kind != "quoted":
-                raise self.error("a `quoted` table location after delta.")
             return unquote(self.take().text)
+        if token.kind in ("word", "quoted") and following.text == ".":
+            parts = [self.name_part()]
+            while self.accept("."):
+                parts.append(self.name_part())
+            return ".".join(quoted(part) for part in parts)
         if token.kind in ("string", "quoted", "dquoted"):
             return unquote(self.take().text)
-        raise self.error("a table (delta.`URI` or a quoted path)")
+        raise self.error("a table (db.table, catalog.db.table, delta.`URI` or a quoted path)")
+
+    def name_part(self) -> str:
+        token = self.current
+        if token.kind == "word":
+            return self.take().text
+        if token.kind == "quoted":
+            return unquote(self.take().text)
+        raise self.error("a name after .")
 
     def end(self) -> None:
         self.accept(";")

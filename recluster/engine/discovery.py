@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 
 from recluster.core.discovery import Level, PropertyLayer, effective_properties, matches, name_pattern
 from recluster.core.errors import TableError, first_line
+from recluster.core.table_names import quoted
 from recluster.delta.storage import LOG_DIR, normalize_uri, table_filesystem
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings, TableSettings
 from recluster.settings_discovery import CatalogSource, StorageRoot
@@ -26,7 +27,6 @@ log = logging.getLogger("recluster.discovery")
 DELTA_PROVIDER = "delta"
 LISTING_ATTEMPTS = 3
 """A database's tables are listed again when one was dropped while Spark described them (seen in a test)."""
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,36 +167,40 @@ def catalog_scan(spark: Any, source: CatalogSource, settings: Settings) -> Sourc
         own = _database_properties(spark, source.name, database)
         configured = source.database_properties.get(database, {})
         database_layer = PropertyLayer.of(Level.DATABASE, f"{source.name}.{database}", {**own, **configured})
-        for name, provider, location in _tables(spark, source.name, database):
+        for name, provider, location in described_tables(spark, source.name, database):
             if provider != DELTA_PROVIDER or not tables.fullmatch(name) or location is None:
                 continue
-            uri = normalize_uri(location.replace("s3a://", "s3://", 1))
-            table = found_table(uri, source.name, (catalog_layer, database_layer), source.where, options)
+            table = found_table(
+                catalog_uri(location), source.name, (catalog_layer, database_layer), source.where, options
+            )
             if table is not None:
                 found.append(table)
     return SourceScan(source.name, tuple(found), complete=True)
 
 
-def _quoted(name: str) -> str:
-    return name if _IDENTIFIER.fullmatch(name) else "`" + name.replace("`", "``") + "`"
-
-
 def _namespaces(spark: Any, catalog: str) -> list[str]:
-    return [row[0] for row in spark.sql(f"SHOW NAMESPACES IN {_quoted(catalog)}").collect()]
+    return [row[0] for row in spark.sql(f"SHOW NAMESPACES IN {quoted(catalog)}").collect()]
 
 
 def _database_properties(spark: Any, catalog: str, database: str) -> dict[str, str]:
     """The database's own `recluster.*` properties (DBPROPERTIES), printed by Spark as `((key,value), ...)`."""
-    rows = spark.sql(f"DESCRIBE NAMESPACE EXTENDED {_quoted(catalog)}.{_quoted(database)}").collect()
+    rows = spark.sql(f"DESCRIBE NAMESPACE EXTENDED {quoted(catalog)}.{quoted(database)}").collect()
     text = next((str(row[1]) for row in rows if row[0] == "Properties"), "")
     pairs = re.findall(r"\(([^(),]+),([^()]*)\)", text)
     return {key.strip(): value.strip() for key, value in pairs if key.strip().startswith("recluster.")}
 
 
-def _tables(spark: Any, catalog: str, database: str) -> list[tuple[str, str | None, str | None]]:
-    """(name, provider, location) of every table of a database, from one `SHOW TABLE EXTENDED`: it reads the
-    catalog's entry only, so it needs no Delta jars in the job's Spark."""
-    statement = f"SHOW TABLE EXTENDED IN {_quoted(catalog)}.{_quoted(database)} LIKE '*'"
+def catalog_uri(location: str) -> str:
+    """A location as a catalog gives it, as delta-rs opens it (Hadoop's `s3a://` is `s3://`)."""
+    return normalize_uri(location.replace("s3a://", "s3://", 1))
+
+
+def described_tables(
+    spark: Any, catalog: str, database: str, pattern: str = "*"
+) -> list[tuple[str, str | None, str | None]]:
+    """(name, provider, location) of the tables of a database whose names match Spark's LIKE `pattern`, from one
+    `SHOW TABLE EXTENDED`: it reads the catalog's entry only, so it needs no Delta jars in the job's Spark."""
+    statement = f"SHOW TABLE EXTENDED IN {quoted(catalog)}.{quoted(database)} LIKE '{pattern}'"
     for attempt in range(LISTING_ATTEMPTS):
         try:
             rows = spark.sql(statement).collect()

@@ -47,8 +47,27 @@ HIVE_CLIENT_DEFAULTS = {
 Hive's three attempts and 600 s (docs/discovery.md#a-bad-catalog-address: the timeout is for a metastore that accepts
 and never answers; a refused connection failed as fast with Hive's values in the test). `spark.conf` overrides them."""
 
+DELTA_SQL = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+"""Delta's SQL extension and session catalog, set when Delta Spark's jars are on the driver's classpath (the
+`recluster[delta]` extra, docs/discovery.md#delta-spark); `spark.conf` overrides them."""
+
 DRIVER_THREAD_STACK = "16m"
 """Default stack size of the driver JVM's threads (the JVM's default is 1 MB on Linux x86-64)."""
+
+
+def delta_on_classpath(gateway: Any) -> bool:
+    """Whether the driver JVM can load Delta's SQL extension (`spark.jars`, `spark.jars.packages` or Spark's own
+    jars folder put it there)."""
+    jvm = gateway.jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    try:
+        jvm.java.lang.Class.forName(DELTA_SQL["spark.sql.extensions"], False, loader)
+    except Exception:  # py4j's error for the JVM's ClassNotFoundException
+        return False
+    return True
 
 
 def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] | None = None) -> Any:
@@ -91,6 +110,8 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
             popen = {"start_new_session": True}
             gateway = launch_gateway(spark_conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
             SparkContext._ensure_initialized(gateway=gateway)
+        if delta_on_classpath(SparkContext._gateway):
+            conf = {**DELTA_SQL, **conf}
         builder = SparkSession.builder
         for name, value in conf.items():
             builder = builder.config(name, value)
