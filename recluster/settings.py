@@ -175,7 +175,8 @@ class CommitSettings(Section):
 
 class TableSettings(Section):
     uri: str
-    """The table: a path, `file://`, `s3://`, `gs://`, `abfss://` or `az://` URI."""
+    """The table: a path, `file://`, `s3://`, `gs://`, `abfss://` or `az://` URI, or a name `db.table` /
+    `catalog.db.table` found through the Spark session's catalog (docs/discovery.md#tables-by-name)."""
     cluster_by: list[str] | None = None
     """Overrides the table property `recluster.clusterBy`."""
     curve: Literal["hilbert", "zorder", "linear"] | None = None

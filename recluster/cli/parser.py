@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     pass
 
 
+TABLE_HELP = "table path, file:// or object-store URI, or a name db.table / catalog.db.table in the Spark catalog"
+
+
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML settings file")
     parser.add_argument(
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how well a table is clustered (depth, overlaps, histogram; per level)",
         description="Clustering information of a Delta table by its cluster key (docs/concepts.md metrics).",
     )
-    info.add_argument("table", metavar="TABLE_URI", help="table path, file:// or object-store URI")
+    info.add_argument("table", metavar="TABLE_URI", help=TABLE_HELP)
     info.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
     info.add_argument(
         "--curve",
@@ -60,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="recluster a table now: one round, or --final until fully clustered",
         description="Plan, merge (Spark) and commit recluster rounds on a Delta table.",
     )
-    run.add_argument("table", metavar="TABLE_URI")
+    run.add_argument("table", metavar="TABLE_URI", help=TABLE_HELP)
     run.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
     run.add_argument(
         "--curve",
@@ -91,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Statements: ALTER TABLE [IF EXISTS] t RECLUSTER [FINAL] [WHERE cond] [LIMIT n]; "
             "OPTIMIZE TABLE t RECLUSTER (a FINAL recluster); ALTER TABLE t CLUSTER BY (a, b). "
-            "t is delta.`URI` or a quoted path. WHERE chooses candidate files by their key/partition stats."
+            "t is delta.`URI`, a quoted path, or a name db.t / catalog.db.t. "
+            "WHERE chooses candidate files by their key/partition stats."
         ),
     )
     sql.add_argument("statement", metavar="STATEMENT")
@@ -157,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
             "no version still in the Delta log (time travel keeps working)."
         ),
     )
-    clean.add_argument("table", metavar="TABLE_URI")
+    clean.add_argument("table", metavar="TABLE_URI", help=TABLE_HELP)
     clean.add_argument("--safety-age-hours", type=float, default=24.0, help="only files older than this (default 24)")
     clean.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     add_common_options(clean)
@@ -171,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
             "by the cluster key; every task commits atomically and is recorded in the history table."
         ),
     )
-    optimize.add_argument("table", metavar="TABLE_URI")
+    optimize.add_argument("table", metavar="TABLE_URI", help=TABLE_HELP)
     optimize.add_argument("--type", choices=["minor", "major", "full"], help="the process to run (default: due one)")
     optimize.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
     optimize.add_argument(
@@ -191,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
             "a first FINAL and the steady state per day, against no clustering, compact and a full sort every N."
         ),
     )
-    estimate.add_argument("table", metavar="TABLE_URI")
+    estimate.add_argument("table", metavar="TABLE_URI", help=TABLE_HELP)
     estimate.add_argument("--cluster-by", metavar="COL1,COL2", help="key columns (default: table property)")
     estimate.add_argument(
         "--policy",
@@ -281,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
             "follows the rules of `recluster clean`. Settings: self_optimizing.maintenance.*"
         ),
     )
-    maintain.add_argument("table", metavar="TABLE_URI")
+    maintain.add_argument("table", metavar="TABLE_URI", help=TABLE_HELP)
     maintain.add_argument("--dry-run", action="store_true", help="list what would be deleted, change nothing")
     add_common_options(maintain)
     maintain.set_defaults(handler=cmd_maintain)

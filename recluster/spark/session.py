@@ -3,6 +3,7 @@ retries are bounded."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -13,6 +14,8 @@ from xml.sax.saxutils import escape
 
 from recluster.settings import SparkSettings
 from recluster.settings_optimizing import OptimizerGroup
+
+log = logging.getLogger("recluster.spark")
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 """Shipped with the package: Spark's JVMs log through it instead of Spark's default profile."""
@@ -112,6 +115,7 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
             SparkContext._ensure_initialized(gateway=gateway)
         if delta_on_classpath(SparkContext._gateway):
             conf = {**DELTA_SQL, **conf}
+            log.info("Delta Spark on the classpath: %s", ", ".join(f"{k}={conf[k]}" for k in DELTA_SQL))
         builder = SparkSession.builder
         for name, value in conf.items():
             builder = builder.config(name, value)

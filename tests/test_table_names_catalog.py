@@ -1,0 +1,148 @@
+"""Tables named in the standalone Hive Metastore (docs/discovery.md#tables-by-name): a delta-rs table registered by
+Spark SQL (`CREATE TABLE db.events USING delta LOCATION`), then `recluster info db.events` and `recluster run
+db.events --final` as subprocesses whose Spark uses the metastore as its catalog; the errors of an unknown table, a
+table that is not Delta and no catalog, one line each; and `recluster info db.events` run by recluster[delta] on
+pyspark 4.2 with Delta Spark's jars on the classpath (`./dev delta-extra`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from deltalake import DeltaTable
+
+from tests.helpers import WAIT_SECONDS, Run, append_random, cli_environment, run_cli
+from tests.hive_metastore import VENV, Metastore
+from tests.referee import REFEREE_JARS, Referee, referee_environment
+from tests.table_shapes import rows_digest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DELTA_EXTRA_PYTHON = VENV / "delta-extra" / "bin" / "python"
+"""recluster with its `delta` extra on pyspark 4.2 (`./dev delta-extra`, run by `./dev test`)."""
+APPENDS = 6
+
+
+def config_file(path: Path, spark_conf: dict[str, str]) -> Path:
+    settings = {"spark": {"master": "local[1]", "conf": spark_conf}, "clustering": {"target_rows": 5_000}}
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def delta_extra_info(config: Path, work: Path) -> Run:
+    """`recluster info db.events -v --json` by the delta extra's interpreter, its Spark and Python workers its own."""
+    missing = f"no recluster[delta] environment at {DELTA_EXTRA_PYTHON} (run ./dev delta-extra)"
+    assert DELTA_EXTRA_PYTHON.exists(), missing
+    python = str(DELTA_EXTRA_PYTHON)
+    environment = {**referee_environment(work), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    return subprocess.run(
+        [python, "-m", "recluster.cli", "info", "db.events", "--config", str(config), "-v", "--json"],
+        capture_output=True,
+        text=True,
+        env=cli_environment(environment),
+        timeout=WAIT_SECONDS * 2,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(catalog_referee: Referee, metastore: Metastore, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The tables registered, then every run of this module (two at a time: each is mostly a JVM starting)."""
+    root = tmp_path_factory.mktemp("names")
+    rng = np.random.default_rng(46)
+    events = root / "tables" / "events"
+    appended = pa.concat_tables([append_random(events, rng, batch) for batch in range(APPENDS)])
+    plain = root / "tables" / "plain"
+    plain.mkdir(parents=True)
+    pq.write_table(pa.table({"k": pa.array([1, 2, 3], pa.int64())}), plain / "part-0.parquet")
+    catalog_referee.sql("CREATE DATABASE db")
+    catalog_referee.sql(f"CREATE TABLE db.events USING delta LOCATION '{events}'")
+    catalog_referee.sql(f"CREATE TABLE db.plain (k BIGINT) USING parquet LOCATION '{plain}'")
+    before = {"files": set(DeltaTable(str(events)).file_uris()), "rows": rows_digest(appended)}
+    conf = {k: v for k, v in metastore.spark_conf().items() if k != "spark.sql.warehouse.dir"}
+    config = config_file(root / "catalog.yaml", conf)
+    jars = ",".join(str(jar) for jar in sorted(REFEREE_JARS.glob("*.jar")))
+    delta_config = config_file(root / "delta.yaml", {**conf, "spark.jars": jars})
+    no_catalog = config_file(root / "none.yaml", {})
+
+    def table_runs() -> dict[str, Any]:
+        info = run_cli("info", "db.events", "--config", config, "--json")
+        return {"info": info, "run": run_cli("run", "db.events", "--final", "--config", config)}
+
+    def error_runs() -> dict[str, Any]:
+        return {
+            "missing": run_cli("info", "db.missing", "--config", config),
+            "plain": run_cli("info", "spark_catalog.db.plain", "--config", config),
+            "no_catalog": run_cli("info", "db.events", "--config", no_catalog),
+            "delta_extra": delta_extra_info(delta_config, root),
+        }
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.submit(table_runs), pool.submit(error_runs)
+        done = {**first.result(), **second.result()}
+    return {**done, "events": events, "before": before}
+
+
+def test_info_names_a_table_of_the_metastore(runs: dict[str, Any]) -> None:
+    info = runs["info"]
+    assert info.returncode == 0, info.stderr
+    assert f"db.events: {runs['events']}" in info.stderr.splitlines()
+    measured = json.loads(info.stdout)
+    assert measured["total_block_count"] == APPENDS
+    assert measured["total_rows"] == runs["before"]["rows"][0]
+
+
+def test_run_final_reclusters_a_table_of_the_metastore_by_name(runs: dict[str, Any]) -> None:
+    run, events = runs["run"], runs["events"]
+    assert run.returncode == 0, run.stderr
+    assert f"db.events: {events}" in run.stderr.splitlines()
+    assert "stop=" in run.stdout
+    table = DeltaTable(str(events))
+    after = set(table.file_uris())
+    assert not after & runs["before"]["files"], "every file rewritten by the FINAL"
+    assert len(after) < APPENDS
+    assert rows_digest(table.to_pyarrow_table()) == runs["before"]["rows"]
+
+
+@pytest.mark.parametrize(
+    "run,line",
+    [
+        ("missing", "recluster: error: table db.missing not found in catalog spark_catalog"),
+        (
+            "plain",
+            "recluster: error: spark_catalog.db.plain in catalog spark_catalog is not a Delta table (provider parquet)",
+        ),
+        (
+            "no_catalog",
+            "recluster: error: no catalog spark_catalog configured to find db.events in: set spark.conf "
+            "spark.sql.catalogImplementation=hive and spark.hadoop.hive.metastore.uris (or "
+            "spark.sql.catalog.spark_catalog) in the settings (docs/discovery.md#tables-by-name), or give the "
+            "table's path",
+        ),
+    ],
+)
+def test_a_name_that_cannot_be_used_is_one_line(runs: dict[str, Any], run: str, line: str) -> None:
+    done = runs[run]
+    assert done.returncode == 1
+    assert [text for text in done.stderr.splitlines() if text.startswith("recluster")] == [line], done.stderr
+
+
+def test_with_delta_sparks_jars_present_on_pyspark_4_2(runs: dict[str, Any]) -> None:
+    """recluster[delta] on pyspark 4.2, Delta Spark 4.4's jars in spark.jars: the session carries Delta's SQL
+    extension and catalog (its log line), the name is found through Delta's catalog over the metastore."""
+    done = runs["delta_extra"]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        "Delta Spark on the classpath: spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension, "
+        "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    ) in done.stderr
+    assert f"db.events: {runs['events']}" in done.stderr.splitlines()
+    assert json.loads(done.stdout)["total_rows"] == runs["before"]["rows"][0]
