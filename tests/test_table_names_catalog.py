@@ -2,12 +2,14 @@
 Spark SQL (`CREATE TABLE db.events USING delta LOCATION`), then `recluster info db.events` and `recluster run
 db.events --final` as subprocesses whose Spark uses the metastore as its catalog; the errors of an unknown table, a
 table that is not Delta and no catalog, one line each; and `recluster info db.events` run by recluster[delta] on
-pyspark 4.2 with Delta Spark's jars on the classpath (`./dev delta-extra`)."""
+pyspark 4.2 with Delta Spark's jars on the classpath (`./dev delta-extra`); `recluster watch` on a `tables:` entry
+given by name."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,16 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from tests.helpers import WAIT_SECONDS, Run, append_random, cli_environment, run_cli
+from tests.helpers import (
+    WAIT_SECONDS,
+    Run,
+    append_random,
+    cli_environment,
+    run_cli,
+    start_logged,
+    stop_watch,
+    wait_for,
+)
 from tests.hive_metastore import VENV, Metastore
 from tests.referee import REFEREE_JARS, Referee, referee_environment
 from tests.table_shapes import rows_digest
@@ -48,6 +59,7 @@ def delta_extra_info(config: Path, work: Path) -> Run:
         capture_output=True,
         text=True,
         env=cli_environment(environment),
+        cwd=work,
         timeout=WAIT_SECONDS * 2,
         check=False,
     )
@@ -63,7 +75,7 @@ def runs(catalog_referee: Referee, metastore: Metastore, tmp_path_factory: pytes
     plain = root / "tables" / "plain"
     plain.mkdir(parents=True)
     pq.write_table(pa.table({"k": pa.array([1, 2, 3], pa.int64())}), plain / "part-0.parquet")
-    catalog_referee.sql("CREATE DATABASE db")
+    catalog_referee.sql("CREATE DATABASE IF NOT EXISTS db")
     catalog_referee.sql(f"CREATE TABLE db.events USING delta LOCATION '{events}'")
     catalog_referee.sql(f"CREATE TABLE db.plain (k BIGINT) USING parquet LOCATION '{plain}'")
     before = {"files": set(DeltaTable(str(events)).file_uris()), "rows": rows_digest(appended)}
@@ -74,14 +86,14 @@ def runs(catalog_referee: Referee, metastore: Metastore, tmp_path_factory: pytes
     no_catalog = config_file(root / "none.yaml", {})
 
     def table_runs() -> dict[str, Any]:
-        info = run_cli("info", "db.events", "--config", config, "--json")
-        return {"info": info, "run": run_cli("run", "db.events", "--final", "--config", config)}
+        info = run_cli("info", "db.events", "--config", config, "--json", cwd=root)
+        return {"info": info, "run": run_cli("run", "db.events", "--final", "--config", config, cwd=root)}
 
     def error_runs() -> dict[str, Any]:
         return {
-            "missing": run_cli("info", "db.missing", "--config", config),
-            "plain": run_cli("info", "spark_catalog.db.plain", "--config", config),
-            "no_catalog": run_cli("info", "db.events", "--config", no_catalog),
+            "missing": run_cli("info", "db.missing", "--config", config, cwd=root),
+            "plain": run_cli("info", "spark_catalog.db.plain", "--config", config, cwd=root),
+            "no_catalog": run_cli("info", "db.events", "--config", no_catalog, cwd=root),
             "delta_extra": delta_extra_info(delta_config, root),
         }
 
@@ -146,3 +158,38 @@ def test_with_delta_sparks_jars_present_on_pyspark_4_2(runs: dict[str, Any]) -> 
     ) in done.stderr
     assert f"db.events: {runs['events']}" in done.stderr.splitlines()
     assert json.loads(done.stdout)["total_rows"] == runs["before"]["rows"][0]
+
+
+def test_watch_finds_a_tables_entry_given_by_name(
+    catalog_referee: Referee, metastore: Metastore, tmp_path: Path
+) -> None:
+    """`tables: [{uri: db.watched}]`: the job finds the table's location in the metastore once its session runs,
+    and reclusters it there; the rows stay the same multiset."""
+    rng = np.random.default_rng(47)
+    table = tmp_path / "watched"
+    appended = [append_random(table, rng, batch) for batch in range(APPENDS)]
+    catalog_referee.sql("CREATE DATABASE IF NOT EXISTS db")
+    catalog_referee.sql(f"CREATE TABLE db.watched USING delta LOCATION '{table}'")
+    conf = {k: v for k, v in metastore.spark_conf().items() if k != "spark.sql.warehouse.dir"}
+    config = config_file(tmp_path / "watch.yaml", conf)
+    settings = yaml.safe_load(config.read_text())
+    settings["tables"] = [{"uri": "db.watched"}]
+    settings["stream"] = {
+        "checkpoint_location": str(tmp_path / "checkpoint"),
+        "trigger_interval_seconds": 0.5,
+        "starting_version": "earliest",
+    }
+    config.write_text(yaml.safe_dump(settings))
+    log = tmp_path / "watch.log"
+    process = start_logged([sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"], log)
+    try:
+        committed = f"table={table} commit status=committed"
+        wait_for(lambda: committed in log.read_text(), "the table named db.watched reclustered", process, timeout=300)
+    finally:
+        if process.poll() is None:
+            stop_watch(process, log)
+        else:
+            print(log.read_text(errors="replace")[-5000:])
+    reclustered = DeltaTable(str(table))
+    assert rows_digest(reclustered.to_pyarrow_table()) == rows_digest(pa.concat_tables(appended))
+    assert len(reclustered.file_uris()) < APPENDS
