@@ -13,18 +13,22 @@ GB = 1e9
 
 
 def benefit_section(benefit: Mapping[str, Any] | None) -> str:
-    """The table's benefit as the job last counted it (its `/status` `benefit`); nothing outside the job or when no
-    event logs are configured."""
+    """The table's benefit as the job last counted it (its `/status` `benefit`); nothing outside the job. A modelled
+    figure (no logged scan of the table) is one query's and says so; it has no per-day series."""
     if not benefit:
         return ""
     paused = benefit["paused"]
+    modelled = benefit["source"] == "modelled"
     facts = [
+        ["figures", "modelled: one point query on the key, no logged scan" if modelled else "logged scans"],
         ["queries logged (with scan metrics)", f"{benefit['queries']} ({benefit['measured']})"],
         ["files skipped", f'<span class="files-skipped">{benefit["files_skipped"]}</span> of {benefit["files_total"]}'],
         ["GB skipped / rewritten", f"{benefit['bytes_skipped'] / GB:,.3f} / {benefit['bytes_rewritten'] / GB:,.3f}"],
         ["GB skipped per GB rewritten", _number(benefit["skipped_per_gb_rewritten"])],
         ["reclustering", f'<span class="state pending">paused: {_e(paused)}</span>' if paused else "not paused"],
     ]
+    if modelled:
+        return "<h2>Benefit: what one query on the key would skip (modelled)</h2>" + _table(("", ""), facts, "benefit")
     return (
         "<h2>Benefit: what the logged queries skipped</h2>"
         + _table(("", ""), facts, "benefit")

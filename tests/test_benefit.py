@@ -14,6 +14,8 @@ from recluster.core.benefit import (
     daily_benefit,
     logged_benefit,
     modelled_benefit,
+    modelled_query,
+    modelled_read_share,
     pause_reason,
 )
 from tests.helpers import FAST
@@ -81,6 +83,41 @@ def test_the_modelled_share_skips_the_rest_of_the_table() -> None:
     assert benefit.bytes_skipped == 15 * 10**9
     assert benefit.skipped_per_gb_rewritten == 15.0
     assert "queries=10" in str(benefit)
+
+
+@FAST
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=12),
+    st.integers(1, 4),
+    st.integers(0, 10**12),
+)
+def test_the_jobs_modelled_figure_is_one_point_query_against_a_brute_force_count(
+    ranges: list[tuple[int, int]], columns: int, rewritten: int
+) -> None:
+    """The job's modelled figure (docs/benefit.md#the-modelled-figure): one point query on one of the key's columns,
+    each alike, against the files' min/max. The oracle counts, for each file's range midpoint (the points
+    core/pruning.py takes for numbers), the files whose range holds it; the key's columns here have the same ranges,
+    so their average is that count's share."""
+    from recluster.core.blocks import Block
+    from recluster.core.keys import ClusterKey, KeyColumn, KeyType
+    from recluster.core.pruning import column_scan_fractions
+
+    key = ClusterKey(tuple(KeyColumn(f"c{i}", KeyType.INTEGER) for i in range(columns)))
+    spans = [(min(a, b), max(a, b)) for a, b in ranges]
+    blocks = [
+        Block(f"f{i}", 100, 1000 + i, b"\x01", b"\x01", (low,) * columns, (high,) * columns)
+        for i, (low, high) in enumerate(spans)
+    ]
+    points = [(low + high) / 2 for low, high in spans]
+    oracle = sum(low <= p <= high for p in points for low, high in spans) / len(points) / len(spans)
+    share = modelled_read_share(column_scan_fractions(blocks, key))
+    assert share is not None and abs(share - oracle) < 1e-9
+    size = TableSize(0, len(blocks), sum(b.bytes for b in blocks))
+    figure = modelled_query(size, share, rewritten)
+    assert (figure.queries, figure.measured, figure.files_total) == (0, 0, len(blocks))
+    assert figure.files_read == round(len(blocks) * oracle) and figure.files_skipped == len(blocks) - figure.files_read
+    assert figure.bytes_rewritten == rewritten and 0 <= figure.bytes_skipped <= size.bytes
+    assert modelled_read_share({}) is None  # a table without a key has nothing to model
 
 
 @FAST

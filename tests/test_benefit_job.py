@@ -18,9 +18,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from recluster.core.benefit import DAY_MS, PauseReason
+from recluster.core.benefit import DAY_MS, BenefitSource, PauseReason
 from recluster.core.selection.plan import Policy
 from recluster.delta.log import read_commits
+from recluster.engine.publish import MetricsRecord
 from recluster.settings import SettingsError, load_settings
 from recluster.settings_job import HttpSettings
 from recluster.settings_optimizing import BenefitSettings
@@ -125,6 +126,11 @@ def test_a_table_no_query_reads_is_paused_and_resumes_at_the_next_query(
     assert handler.tracked[str(unread)].paused is PauseReason.NO_QUERIES
     assert f"recluster benefit table={unread} queries=0" in caplog.text and "paused=no_queries" in caplog.text
     assert handler.tracked[str(read)].benefit.benefit.queries == 2  # type: ignore[union-attr]
+    modelled = handler.tracked[str(unread)].benefit  # no logged scan of it: one modelled query, said so
+    assert modelled is not None and modelled.source is BenefitSource.MODELLED and modelled.daily == ()
+    files = len(handler.tracked[str(unread)].state.blocks)
+    assert modelled.benefit.files_total == files and 0 <= modelled.benefit.files_skipped < files
+    assert "source=modelled" in caplog.text and handler.tracked[str(read)].benefit.source is BenefitSource.LOGGED  # type: ignore[union-attr]
 
     caplog.clear()
     with caplog.at_level(logging.INFO, "recluster.job"):
@@ -134,6 +140,18 @@ def test_a_table_no_query_reads_is_paused_and_resumes_at_the_next_query(
     assert status.benefit is not None and status.benefit.paused is PauseReason.NO_QUERIES and status.pending
     assert "paused=no_queries" in str(status) and "paused=no_queries" in caplog.text
     assert status.to_dict()["benefit"]["paused"] == "no_queries"
+    records = {  # the metrics records (Kafka) carry the same figures and the pause, as JSON
+        r.record.table: MetricsRecord.model_validate_json(r.record.model_dump_json())
+        for r in handler.reports.run_scheduled({str(read): False, str(unread): False})
+    }
+    unread_record, read_record = records[str(unread)].benefit, records[str(read)].benefit
+    assert unread_record is not None and read_record is not None
+    assert (unread_record.paused, unread_record.source, unread_record.queries) == ("no_queries", "modelled", 0)
+    assert (read_record.paused, read_record.source, read_record.queries) == (None, "logged", 2)
+    counted = handler.tracked[str(read)].benefit
+    assert counted is not None and read_record.files_skipped == counted.benefit.files_skipped
+    assert read_record.bytes_rewritten == counted.benefit.bytes_rewritten  # as of the last read of the logs
+    assert read_record.skipped_per_gb_rewritten == counted.benefit.skipped_per_gb_rewritten
 
     write_log(logs / "app-3", unread, 3, START_MS + 3 * DAY_MS + 1000)
     handler.count_benefit(START_MS + 3 * DAY_MS + 2000)
@@ -242,24 +260,43 @@ def test_the_modelled_figure_is_in_a_sane_range(logged_table: tuple[Path, Path])
     assert logged.files_skipped / 2 <= modelled.files_skipped <= logged.files_skipped * 2
 
 
-def test_recluster_status_shows_the_benefit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recluster_status_shows_the_benefit_and_the_pause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`recluster status` counts the same figures from one read of the logs: the query of the table in a good file,
-    the malformed file left out; without `benefit.event_logs` there is no benefit."""
+    the malformed file left out. A table no logged query read is paused (no_queries) once the oldest log file is
+    older than `pause_after_days`, in `--json` and in the table, with the modelled figure of one query; without
+    `benefit.event_logs` every table with a key has the modelled figure."""
+    import os
+
     from tests.helpers import main_json, run_main
 
-    table, logs = tmp_path / "table", tmp_path / "logs"
+    table, unread, logs = tmp_path / "table", tmp_path / "unread", tmp_path / "logs"
     logs.mkdir()
-    append_random(table, np.random.default_rng(45), 0)
+    rng = np.random.default_rng(45)
+    append_random(table, rng, 0)
+    for batch in range(3):
+        append_random(unread, rng, batch)
     write_log(logs / "app-1", table, 1, START_MS, files=1)
     (logs / "app-bad").write_text('{"Event": "org.apache.spark.sql.exec')
+    day_ago = time.time() - 86_400
+    os.utime(logs / "app-bad", (day_ago, day_ago))  # the logs vouch for a day without a query of `unread`
     checkpoint = f"stream.checkpoint_location={tmp_path / 'checkpoint'}"
-    (entry,) = main_json(capsys, "status", table, "--json", "--set", checkpoint, "--set", f"benefit.event_logs={logs}")
-    assert entry["benefit"]["queries"] == 1 and entry["benefit"]["files_total"] == 1
-    assert entry["benefit"]["files_skipped"] == 0 and entry["benefit"]["paused"] is None
-    (entry,) = main_json(capsys, "status", table, "--json", "--set", checkpoint)
-    assert entry["benefit"] is None
-    code, out, _ = run_main(capsys, "status", table, "--set", checkpoint, "--set", f"benefit.event_logs={logs}")
-    assert code == 0 and "0/1" in out
+    with_logs = ["--set", checkpoint, "--set", f"benefit.event_logs={logs}", "--set", "benefit.pause_after_days=0.5"]
+    queried, never = main_json(capsys, "status", table, unread, "--json", "--cluster-by", "k", *with_logs)
+    assert queried["benefit"]["queries"] == 1 and queried["benefit"]["files_total"] == 1
+    assert queried["benefit"]["files_skipped"] == 0 and queried["benefit"]["paused"] is None
+    assert queried["benefit"]["source"] == "logged"
+    assert never["benefit"]["paused"] == "no_queries" and never["benefit"]["source"] == "modelled"
+    assert never["benefit"]["queries"] == 0 and never["benefit"]["files_total"] == 3
+    monkeypatch.setenv("COLUMNS", "400")  # the table's every column whole
+    code, out, _ = run_main(capsys, "status", table, unread, "--cluster-by", "k", *with_logs)
+    assert code == 0 and "0/1" in out and "no_queries" in out and "(modelled)" in out
+    (entry,) = main_json(capsys, "status", unread, "--json", "--cluster-by", "k", "--set", checkpoint)
+    assert entry["benefit"]["source"] == "modelled" and entry["benefit"]["paused"] is None
+    assert (
+        entry["benefit"]["files_total"] == 3 and entry["benefit"]["files_skipped"] == never["benefit"]["files_skipped"]
+    )
 
 
 def test_the_streaming_job_pauses_an_unread_table_and_resumes_it(tmp_path: Path, spark: Any) -> None:

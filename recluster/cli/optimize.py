@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -128,6 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "small-file",
         "depth",
         "files skipped",
+        "paused",
     )
     for report in reports:
         data = report.to_dict()
@@ -147,12 +148,21 @@ def cmd_status(args: argparse.Namespace) -> int:
             str(report.health.fragments),
             f"{report.health.small_file_pressure:.0%}",
             f"{report.average_depth:.2f}",
-            f"{counted['files_skipped']}/{counted['files_total']}" if (counted := benefits.get(report.table)) else "-",
+            _skipped(benefits.get(report.table)),
+            str((benefits.get(report.table) or {}).get("paused") or "-"),
         )
     Console().print(table)
     for uri, shown in origins.items():  # where each effective setting came from (docs/discovery.md)
         print(f"{uri}: {', '.join(map(str, shown)) or 'no recluster settings'}")
     return 0
+
+
+def _skipped(benefit: dict[str, Any] | None) -> str:
+    """Files skipped of the total: the logged scans', or one modelled query's (docs/benefit.md#the-modelled-figure)."""
+    if benefit is None:
+        return "-"
+    counted = f"{benefit['files_skipped']}/{benefit['files_total']}"
+    return f"{counted} per query (modelled)" if benefit["source"] == "modelled" else counted
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:

@@ -4,14 +4,16 @@ scans `recluster advise` extracts from event logs (core/advice/scans.py) and the
 out. No I/O.
 
 A logged scan read `files_read` of the files the table had when it ran; the rest were skipped. Without event logs,
-the modelled share is the read share `recluster advise` predicts for the table's key (`Scored.read_share`).
+the modelled share is the read share `recluster advise` predicts for the table's key (`Scored.read_share`), or inside
+the job, where no workload is known, the share a point predicate on one of the key's columns reads
+(`modelled_read_share`). A figure says which it is (`BenefitSource`): the two are never summed.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -19,6 +21,15 @@ from recluster.core.advice.ranking import DAY_MS
 from recluster.core.advice.scans import Scan
 
 GB = 1_000_000_000
+
+
+class BenefitSource(StrEnum):
+    """Where a table's benefit figures come from."""
+
+    LOGGED = "logged"
+    """The scans of the event logs, with their files and bytes read."""
+    MODELLED = "modelled"
+    """No logged scan of the table: one point query on its key, at the share the layout's min/max statistics prune."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -118,6 +129,18 @@ def modelled_benefit(queries: int, size: TableSize, read_share: float, bytes_rew
         round(queries * size.bytes * share),
         bytes_rewritten,
     )
+
+
+def modelled_read_share(column_scan: Mapping[str, float]) -> float | None:
+    """The share of the files a point predicate on one of the key's columns reads, each column alike (the average of
+    the per-column shares core/pruning.py computes from the files' min/max); None for a table without a key."""
+    return sum(column_scan.values()) / len(column_scan) if column_scan else None
+
+
+def modelled_query(size: TableSize, read_share: float, bytes_rewritten: int) -> Benefit:
+    """What one query on the key would skip on `size` (`modelled_benefit` of one query), with no query seen:
+    `queries` and `measured` are 0, the files and bytes are that one query's."""
+    return replace(modelled_benefit(1, size, read_share, bytes_rewritten), queries=0)
 
 
 def daily_benefit(

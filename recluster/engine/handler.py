@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from recluster.core.benefit import TableSize
+from recluster.core.benefit import TableSize, modelled_read_share
 from recluster.core.errors import TableError
+from recluster.core.pruning import column_scan_fractions
 from recluster.delta.log import CommitEntry
 from recluster.engine.backoff import FailureBook
 from recluster.engine.discovery import FoundTable
@@ -201,7 +202,11 @@ class ReclusterHandler:
                 uri: TableSize(now_ms, len(t.state.blocks), sum(b.bytes for b in t.state.blocks))
                 for uri, t in self.tracked.items()
             }
-        counted = self.benefit.count(tables, self.history, now_ms)
+            shares = {
+                uri: modelled_read_share(column_scan_fractions(t.state.blocks, t.key))
+                for uri, t in self.tracked.items()
+            }
+        counted = self.benefit.count(tables, self.history, now_ms, shares)
         with self.lock:
             statuses = []
             for uri, benefit in counted.items():

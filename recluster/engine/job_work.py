@@ -111,5 +111,6 @@ def run_work(
             sum(b.deleted_rows for b in tracked.state.blocks),
         ),
         time_like=time_like,
+        benefit=status.benefit.to_dict() if status.benefit else None,
     )
     return TableReport(status, snapshot, record)

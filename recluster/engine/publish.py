@@ -98,6 +98,24 @@ class EstimateRecord(_Record):
     merges_per_day: float
 
 
+class BenefitRecord(_Record):
+    """What clustering saved the table's queries, as the job last counted it (docs/benefit.md)."""
+
+    source: str = Field(
+        description="logged (the event logs' scans) or modelled (no logged scan: one point query on the key)"
+    )
+    queries: int = Field(description="logged scans of the table (0 when modelled)")
+    measured: int = Field(description="the logged scans whose files and bytes read the log gave")
+    files_total: int
+    files_skipped: int = Field(description="files data skipping left out, summed over the scans")
+    bytes_total: int
+    bytes_skipped: int
+    bytes_rewritten: int = Field(description="bytes the table's recluster and optimizing processes wrote")
+    skipped_per_gb_rewritten: float | None = Field(description="bytes skipped per byte rewritten; null before any")
+    last_query_ms: int | None = Field(description="the last logged scan's time, ms since the epoch")
+    paused: str | None = Field(description="why reclustering is paused (no_queries), null when it is not")
+
+
 class MetricsRecord(_Record):
     """One record per touched table per micro-batch on the metrics topic, keyed by the table URI."""
 
@@ -136,6 +154,10 @@ class MetricsRecord(_Record):
         description="what `recluster estimate` projected when the job took the table up (null until then); "
         "`recluster status` sets it against what happened since",
     )
+    benefit: BenefitRecord | None = Field(
+        None,
+        description="files and bytes queries skipped against the bytes rewritten, and the pause (null until counted)",
+    )
 
 
 def with_estimate(record: MetricsRecord, history: Iterable[ProcessRecord]) -> MetricsRecord:
@@ -161,8 +183,10 @@ def metrics_record(
     skipped_events: int = 0,
     deletions: tuple[int, int] = (0, 0),
     time_like: Iterable[tuple[Partition, WatermarkDecision]] = (),
+    benefit: Mapping[str, Any] | None = None,
 ) -> MetricsRecord:
-    """`deletions`: (live files with a deletion vector, rows those vectors hide)."""
+    """`deletions`: (live files with a deletion vector, rows those vectors hide); `benefit`: the table's benefit as
+    `TableBenefit.to_dict` gives it (its per-day series stays on `/status`)."""
     return MetricsRecord(
         time=dt.datetime.now(dt.UTC),
         table=table,
@@ -183,6 +207,7 @@ def metrics_record(
         skipped_events=skipped_events,
         column_scan=dict(info.column_scan),
         time_like=time_like_records(time_like),
+        benefit=None if benefit is None else BenefitRecord(**{k: v for k, v in benefit.items() if k != "daily"}),
     )
 
 
