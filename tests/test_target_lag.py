@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from recluster.core.optimizing import optimizing_config
 from recluster.core.scheduling import Candidate, ProcessType, schedule
 from recluster.core.selection.plan import Policy
-from recluster.core.target_lag import LagTracker, lag_deadline, nearest_rank
+from recluster.core.target_lag import LAG_WINDOW, LagTracker, lag_deadline, nearest_rank, replayed_lag
 from recluster.delta.log import read_commits
 from recluster.delta.log_writer import set_table_properties
 from recluster.settings import Settings, SettingsError
@@ -69,6 +69,42 @@ def test_the_tracker_equals_a_brute_force_oracle(operations: list[tuple[str, int
     oldest = min((at for seen, at in commits if seen not in done), default=None)
     assert lag_deadline(tracker, 10.0) == (None if oldest is None else oldest + 10.0)
     assert lag_deadline(tracker, None) is None
+
+
+@FAST
+@given(
+    st.lists(st.tuples(st.booleans(), st.floats(0, 100, allow_nan=False)), max_size=40),
+    st.booleans(),
+    st.floats(0, 100, allow_nan=False),
+)
+def test_the_lag_replayed_from_the_log_equals_a_brute_force_oracle(
+    log: list[tuple[bool, float]], within_target: bool, after: float
+) -> None:
+    """`recluster status`'s lag from a table's data commits (recluster's rewrites among them): each foreign commit's
+    lag is the time to the first rewrite after it; with none, its age now, or 0 when the table is within target."""
+    commits, clock = [], 0.0
+    for version, (rewrite, step) in enumerate(log):
+        clock += step
+        commits.append((version, clock, rewrite))
+    now = clock + after
+    lags = []
+    for version, at, rewrite in commits:
+        if rewrite:
+            continue
+        later = [t for v, t, r in commits if r and v > version]
+        lags.append(later[0] - at if later else 0.0 if within_target else now - at)
+    summary = replayed_lag(commits, within_target, now, 30.0)
+    assert len(lags) <= LAG_WINDOW
+    values = sorted(lags)
+    assert summary.p50_seconds == (values[math.ceil(0.5 * len(values)) - 1] if values else None)
+    assert summary.p95_seconds == (values[math.ceil(0.95 * len(values)) - 1] if values else None)
+    waiting = [
+        now - at
+        for v, at, r in commits
+        if not r and not within_target and not any(r2 and v2 > v for v2, _, r2 in commits)
+    ]
+    assert summary.pending == len(waiting) and summary.oldest_pending_seconds == (max(waiting) if waiting else None)
+    assert summary.target_seconds == 30.0
 
 
 def test_nearest_rank_percentiles() -> None:
@@ -170,3 +206,39 @@ def _newest(table: Path) -> int:
     from deltalake import DeltaTable
 
     return DeltaTable(str(table)).version()
+
+
+def test_recluster_status_shows_the_lag_replayed_from_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three overlapping appends, a FINAL by recluster, one more append: `recluster status` shows each foreign data
+    commit's lag as the log has it (the rewrite's time minus the commit's; the last one pending or, within target,
+    0) with the target, in `--json` and in its table (docs/operations.md#time-to-clustered-target)."""
+    from tests.helpers import main_json, run_main, run_rounds
+
+    table = tmp_path / "table"
+    rng = np.random.default_rng(45)
+    for batch in range(3):
+        append_random(table, rng, batch)
+    run_rounds(table, None, job_settings(tmp_path / "unused", [table]), final=True)
+    append_random(table, rng, 3)
+    commits = [c for c in read_commits(str(table), 0, 5, {}) if c.adds]  # version 1 sets the key's property
+    assert [c.producer == "recluster" for c in commits] == [False, False, False, True, False]
+    rewrite_at = commits[3].timestamp / 1000  # type: ignore[operator]
+    args = ["--set", f"stream.checkpoint_location={tmp_path / 'checkpoint'}", "--cluster-by", "k"]
+    args += ["--set", "self_optimizing.target_lag_seconds=600"]
+    (entry,) = main_json(capsys, "status", table, "--json", *args)
+    lag = entry["lag"]
+    clustered = sorted(rewrite_at - c.timestamp / 1000 for c in commits[:3])  # type: ignore[operator]
+    last = commits[4].timestamp / 1000  # type: ignore[operator]
+    if entry["recluster_pending"]:  # the last append overlaps: it waits, its age grows
+        assert lag["pending"] == 1 and lag["clustered"] == 3 and lag["oldest_pending_seconds"] >= 0
+        assert lag["p50_seconds"] == pytest.approx(clustered[1]) and lag["p95_seconds"] >= clustered[2]
+    else:  # within target as appended
+        assert lag["pending"] == 0 and lag["clustered"] == 4
+        assert lag["p50_seconds"] == pytest.approx(sorted([0.0, *clustered])[1])
+        assert lag["p95_seconds"] == pytest.approx(clustered[2])
+    assert lag["target_seconds"] == 600 and lag["met"] is True and last >= rewrite_at
+    monkeypatch.setenv("COLUMNS", "400")  # the table's every column whole
+    code, out, _ = run_main(capsys, "status", table, *args)
+    assert code == 0 and f"/{lag['p95_seconds']:.0f}s (600s met)" in out

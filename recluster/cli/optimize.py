@@ -13,7 +13,7 @@ from recluster.cli.tables import located
 from recluster.core.keys import parse_columns
 
 if TYPE_CHECKING:
-    pass
+    from recluster.core.target_lag import LagSummary
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -88,7 +88,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from recluster.engine.api import read_snapshot
     from recluster.engine.discovery import sweep_roots
     from recluster.engine.job_benefit import tables_benefit
-    from recluster.engine.optimizer import history_store, table_status
+    from recluster.engine.optimizer import history_store, replayed_table_lag, table_status
 
     settings = settings_of(args)
     uris = args.table or [t.uri for t in settings.tables]
@@ -112,9 +112,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         snapshots.append(merged)
         origins[discovered.uri] = [p for k, p in effective.items() if k.startswith(INHERITED_PREFIX)]
     benefits = {uri: b.to_dict() for uri, b in tables_benefit(settings, snapshots, history).items()}  # docs/benefit.md
+    lags = {  # docs/operations.md#time-to-clustered-target
+        r.table: replayed_table_lag(
+            s, target_seconds=r.config.target_lag_seconds, within_target=not r.recluster_pending
+        )
+        for r, s in zip(reports, snapshots, strict=True)
+    }
     if args.json:
         entries = [{**r.to_dict(), "settings": [asdict(p) for p in origins.get(r.table, [])]} for r in reports]
-        print_json([{**entry, "benefit": benefits.get(entry["table"])} for entry in entries])
+        print_json([{**e, "lag": lags[e["table"]].to_dict(), "benefit": benefits.get(e["table"])} for e in entries])
         return 0
     table = Table(
         "table",
@@ -127,6 +133,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "fragments",
         "small-file",
         "depth",
+        "lag p50/p95 (target)",
         "files skipped",
         "paused",
     )
@@ -148,6 +155,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             str(report.health.fragments),
             f"{report.health.small_file_pressure:.0%}",
             f"{report.average_depth:.2f}",
+            _lag(lags[report.table]),
             _skipped(benefits.get(report.table)),
             str((benefits.get(report.table) or {}).get("paused") or "-"),
         )
@@ -155,6 +163,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     for uri, shown in origins.items():  # where each effective setting came from (docs/discovery.md)
         print(f"{uri}: {', '.join(map(str, shown)) or 'no recluster settings'}")
     return 0
+
+
+def _lag(lag: LagSummary) -> str:
+    """p50/p95 of the time-to-clustered and the target, met or missed; '-' before any data commit."""
+    if lag.p50_seconds is None or lag.p95_seconds is None:
+        return "-"
+    target = "none" if lag.target_seconds is None else f"{lag.target_seconds:g}s {'met' if lag.met else 'missed'}"
+    return f"{lag.p50_seconds:.0f}s/{lag.p95_seconds:.0f}s ({target})"
 
 
 def _skipped(benefit: dict[str, Any] | None) -> str:

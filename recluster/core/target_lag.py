@@ -117,3 +117,23 @@ def lag_deadline(tracker: LagTracker, target_seconds: float | None) -> float | N
     if target_seconds is None or oldest is None:
         return None
     return oldest + target_seconds
+
+
+def replayed_lag(
+    commits: Iterable[tuple[int, float, bool]], within_target: bool, now: float, target_seconds: float | None
+) -> LagSummary:
+    """The lag read back from a table's log, without the job's memory (`recluster status`). `commits`: its data
+    commits as (version, commit time in epoch seconds, whether recluster wrote it) in version order. A foreign one
+    is pending from its time; a rewrite of recluster's clusters every one before it at the rewrite's time; when the
+    table is within its depth target now (nothing to plan), the ones still pending needed no rewrite: clustered when
+    committed (lag 0). It can differ from the job's figure, which knows when each batch found the target met."""
+    tracker = LagTracker()
+    for version, at, rewrite in commits:
+        if rewrite:
+            tracker.clustered(version - 1, at)
+        else:
+            tracker.committed(version, at)
+    while within_target and tracker.pending:
+        version, at = tracker.pending[0]
+        tracker.clustered(version, at)
+    return tracker.summary(now, target_seconds)

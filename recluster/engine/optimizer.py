@@ -28,7 +28,9 @@ from recluster.core.optimizing import (
 from recluster.core.outcomes import CommitOutcome, OutcomeTotals
 from recluster.core.scheduling import ProcessRecord, ProcessStatus, ProcessType, TableHistory, TableState, table_history
 from recluster.core.selection.plan import ReclusterPlan
+from recluster.core.target_lag import LagSummary, replayed_lag
 from recluster.delta.history import STALE_PROCESS_SECONDS, HistoryStore, new_process_id
+from recluster.delta.log import PRODUCER, read_commits
 from recluster.delta.snapshot import TableSnapshot
 from recluster.delta.storage import require_safe_commits
 from recluster.engine.estimate_record import estimate_vs_actual
@@ -326,3 +328,16 @@ def table_status(
         depth,
         estimate=None if history is None else estimate_vs_actual(snapshot, history.records(), depth, now),
     )
+
+
+STATUS_LAG_COMMITS = 100
+"""The newest commits `recluster status` reads to replay a table's time-to-clustered (one log file read each)."""
+
+
+def replayed_table_lag(snapshot: TableSnapshot, *, target_seconds: float | None, within_target: bool) -> LagSummary:
+    """`recluster status`: a table's lag replayed from its newest `STATUS_LAG_COMMITS` commits (core/target_lag.py
+    `replayed_lag`; commits cleaned up behind a checkpoint are left out)."""
+    first = max(0, snapshot.version - STATUS_LAG_COMMITS + 1)
+    commits = read_commits(snapshot.uri, first, snapshot.version, snapshot.storage_options)
+    data = [(c.version, c.timestamp / 1000, c.producer == PRODUCER) for c in commits if c.adds and c.timestamp]
+    return replayed_lag(data, within_target, time.time(), target_seconds)
