@@ -117,6 +117,7 @@ def test_advise_ranks_the_most_used_column_first_and_its_predicted_factor_holds(
     run_command(capsys, "run", table, "--final", *settings)  # reclustered on the advice
     after = files_read(referee, statements, table)
     measured = before / after
+    print(f"files read {before} -> {after}: measured factor {measured:.2f}, predicted {found['predicted_factor']:.2f}")
     assert measured == pytest.approx(found["predicted_factor"], rel=0.25), (before, after, found)
     assert found["predicted_factor"] > 2
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(rows)
