@@ -61,7 +61,9 @@ def test_a_malformed_name_is_one_line(reference: str, problem: str) -> None:
     )
 
 
-@pytest.mark.parametrize("command", [["info"], ["run", "--final"], ["estimate"], ["optimize"], ["maintain"]])
+@pytest.mark.parametrize(
+    "command", [["info"], ["run", "--final"], ["estimate"], ["optimize"], ["maintain"], ["clean", "--dry-run"]]
+)
 def test_the_commands_refuse_a_malformed_name_before_spark_starts(
     command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,9 +1,9 @@
 """Tables named in the standalone Hive Metastore (docs/discovery.md#tables-by-name): a delta-rs table registered by
 Spark SQL (`CREATE TABLE db.events USING delta LOCATION`), then `recluster info db.events` and `recluster run
 db.events --final` as subprocesses whose Spark uses the metastore as its catalog; the errors of an unknown table, a
-table that is not Delta and no catalog, one line each; and `recluster info db.events` run by recluster[delta] on
-pyspark 4.2 with Delta Spark's jars on the classpath (`./dev delta-extra`); `recluster watch` on a `tables:` entry
-given by name."""
+table that is not Delta (named in `recluster estimate` and `recluster sql`) and no catalog, one line each;
+`recluster info db.events` run by recluster[delta] on pyspark 4.2 with Delta Spark's jars on the classpath
+(`./dev delta-extra`); `recluster watch` on a `tables:` entry given by name."""
 
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ def runs(catalog_referee: Referee, metastore: Metastore, tmp_path_factory: pytes
 
     def error_runs() -> dict[str, Any]:
         return {
-            "missing": run_cli("info", "db.missing", "--config", config, cwd=root),
-            "plain": run_cli("info", "spark_catalog.db.plain", "--config", config, cwd=root),
+            "missing": run_cli("estimate", "db.missing", "--config", config, cwd=root),
+            "plain": run_cli("sql", "ALTER TABLE spark_catalog.db.plain RECLUSTER", "--config", config, cwd=root),
             "no_catalog": run_cli("info", "db.events", "--config", no_catalog, cwd=root),
             "delta_extra": delta_extra_info(delta_config, root),
         }

@@ -28,16 +28,12 @@ class UnknownTableError(TableNameError):
 
 @dataclass(frozen=True, slots=True)
 class LocatedTable:
-    """A table as the user gave it, where it is, and the settings with its `tables:` entry pointing there."""
+    """Where a command's table is, and the settings with its `tables:` entry pointing there."""
 
-    reference: str
     location: str
     settings: Settings = field(repr=False)
     name: TableName | None = None
     """The catalog's name of the table; None for a path or URI."""
-
-    def __str__(self) -> str:
-        return self.location if self.name is None else f"{self.name} at {self.location}"
 
 
 def table_name(reference: str) -> TableName | None:
@@ -53,11 +49,11 @@ def locate_table(reference: str, settings: Settings) -> LocatedTable:
     then. A `tables:` entry naming the same table then applies to its location."""
     name = table_name(reference)
     if name is None:
-        return LocatedTable(reference, reference, settings)
+        return LocatedTable(reference, settings)
     from recluster.spark.session import spark_session
 
     location = catalog_location(spark_session(settings.spark), name)
-    return LocatedTable(reference, location, located_settings(settings, {name: location}), name)
+    return LocatedTable(location, located_settings(settings, {name: location}), name)
 
 
 def located_settings(settings: Settings, locations: dict[TableName, str]) -> Settings:
