@@ -197,7 +197,9 @@ class ReclusterHandler:
         """Read the new event log files and count every tracked table's benefit (outside the lock: a batch only
         reads what is assigned here), then show it: a log line per table whose figures changed, its status
         republished. A table whose pause ends is planned at the next pass."""
-        with self.lock:  # the sizes as the last batch left them; the reading and counting go on without the lock
+        if not self.lock.acquire(blocking=False):  # a micro-batch is running: the read stays due for the next tick
+            return
+        try:  # the sizes as the last batch left them; the reading and counting go on without the lock
             tables = {
                 uri: TableSize(now_ms, len(t.state.blocks), sum(b.bytes for b in t.state.blocks))
                 for uri, t in self.tracked.items()
@@ -206,6 +208,8 @@ class ReclusterHandler:
                 uri: modelled_read_share(column_scan_fractions(t.state.blocks, t.key))
                 for uri, t in self.tracked.items()
             }
+        finally:
+            self.lock.release()
         counted = self.benefit.count(tables, self.history, now_ms, shares)
         with self.lock:
             statuses = []
