@@ -146,7 +146,7 @@ def test_tables_with_a_lag_deadline_run_first_earliest_first() -> None:
     assert [c.table for c in run] == ["idle"] and [c.table for c in waiting] == ["over"]
 
 
-def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path) -> None:
+def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two tables appended to at the same rate, one group that runs one table per pass: the table with the tighter
     target_lag is reclustered in every pass and meets its target at p95; the other waits and shows the larger lag.
     The outcome does not depend on this machine's speed: the order is decided by the deadlines, and the looser
@@ -154,8 +154,10 @@ def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path) -> None
     from jobs.health import HealthServer, JobProbe
     from jobs.pages import job_views, render_table
     from recluster.engine.handler import ReclusterHandler
+    from tests.helpers import main_json
 
     tight, loose = tmp_path / "tight", tmp_path / "loose"
+    checkpoint = f"stream.checkpoint_location={tmp_path / 'checkpoint'}"
     rng = np.random.default_rng(45)
     for table, target in ((tight, "600"), (loose, "3600")):
         for batch in range(2):
@@ -200,6 +202,12 @@ def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path) -> None
     assert second["oldest_pending_seconds"] > first["p95_seconds"]
     (page,) = job_views(handler, str(tight))  # the table page shows the same figures
     assert page.lag == first and '<span class="state met">met</span>' in render_table(page)
+    replayed = {  # recluster status, from the tables' logs: the tight one clustered, the loose one's commits waiting
+        e["table"]: e["lag"] for e in main_json(capsys, "status", tight, loose, "--json", "--set", checkpoint)
+    }
+    assert replayed[str(tight)]["met"] is True and replayed[str(tight)]["target_seconds"] == 600.0
+    before_job = 2  # the appends made before the job took the tables up: in the log, not in the job's memory
+    assert replayed[str(loose)]["pending"] == second["pending"] + before_job and replayed[str(loose)]["clustered"] == 0
 
 
 def _newest(table: Path) -> int:
