@@ -92,9 +92,10 @@ class BenefitSettings(Section):
 
     event_logs: list[str] = Field(default_factory=list)
     """Spark event logs to read, as `recluster advise` takes them: local paths or object-store prefixes (each a file
-    or a directory of them, `spark.eventLog.dir`); empty: no logged figures and no pause."""
+    or a directory of them, `spark.eventLog.dir`); empty: no logged figures and no pause, only the modelled figure
+    of one query on each table's key."""
     read_interval_seconds: float = Field(300.0, gt=0)
-    """How often the job looks for new or grown event log files (only those are read again)."""
+    """How often the job looks for new or grown event log files (only those are read again) and counts the figures."""
     pause_after_days: float | None = Field(None, gt=0)
     """Stop reclustering and optimizing a table no logged query read in this many days (maintenance goes on; it
     resumes at the next query seen); None: never pause. Needs `event_logs`."""
