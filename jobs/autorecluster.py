@@ -34,7 +34,10 @@ log = logging.getLogger("recluster.job")
 
 SOURCES_UP_SECONDS = 120.0
 """The longest the job's start and its first discovery pass wait for the stream's source to be up."""
-START_ATTEMPTS = 3
+START_ATTEMPTS = 5
+"""How many times the job starts a query whose source worker missed Spark's connect-back (a busy host's transient)."""
+START_PAUSE_SECONDS = 5.0
+"""The pause before the n-th new start is n times this: a load spike has time to pass."""
 WORKER_CONNECT_FAILED = "Python worker failed to connect back"
 """Spark's error when a Python source's worker did not connect back in time (`PythonWorkerFactory`)."""
 
@@ -175,6 +178,7 @@ def started_query(start: Callable[[], Any]) -> Any:
             attempt,
             first_line(error),
         )
+        time.sleep(START_PAUSE_SECONDS * attempt)
         attempt, query = attempt + 1, start()
 
 

@@ -405,6 +405,19 @@ def main_json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> Any:
 # --- `recluster watch` processes ------------------------------------------------------------------------------
 
 
+def unexpected_tracebacks(log_text: str, after: str = "") -> list[str]:
+    """The exception line of every traceback in a job's log (past the last `after`) but those of a source worker
+    that missed Spark's connect-back, which the job logged as `reason=source_start_failed` and started again
+    (docs/streaming.md#starting): Spark's late worker prints its own."""
+    restarted = "reason=source_start_failed" in log_text
+    found = []
+    for chunk in log_text.split(after)[-1].split("Traceback (most recent call last):")[1:]:
+        raised = next((line for line in chunk.splitlines()[1:] if line and not line[0].isspace()), "")
+        if not (restarted and "CANNOT_OPEN_SOCKET" in raised):
+            found.append(raised)
+    return found
+
+
 def start_watch(
     tables: Sequence[Path],
     checkpoint: Path,
