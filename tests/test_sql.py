@@ -80,6 +80,23 @@ def test_statements(text, expected):
     assert parse_statement(text) == expected
 
 
+VALID_STATEMENTS = (
+    "ALTER TABLE IF EXISTS delta.`/data/t` RECLUSTER FINAL WHERE k > 5 AND s IN ('a', 'b') LIMIT 3;",
+    "OPTIMIZE TABLE hive.shop.`my.events` RECLUSTER",
+    "ALTER TABLE \"s3://b/t\" CLUSTER BY (a, `b c`)",
+)
+
+
+@pytest.mark.parametrize("statement", VALID_STATEMENTS)
+def test_every_cut_of_a_statement_is_a_syntax_error_or_parses(statement):
+    """A statement cut anywhere (`ALTER TABLE` typed alone) is a SqlError naming a column, never another error."""
+    for end in range(len(statement) + 1):
+        try:
+            parse_statement(statement[:end])
+        except SqlError as error:
+            assert "column" in str(error), statement[:end]
+
+
 @pytest.mark.parametrize(
     "text,column,found",
     [

@@ -66,6 +66,10 @@ class Parser:
     def current(self) -> Token:
         return self.tokens[self.index]
 
+    def ahead(self, count: int) -> Token:
+        """The token `count` places after the current one; the end token past the statement's end."""
+        return self.tokens[min(self.index + count, len(self.tokens) - 1)]
+
     def error(self, expected: str) -> SqlError:
         token = self.current
         found = "end of statement" if token.kind == "end" else repr(token.text)
@@ -97,8 +101,8 @@ class Parser:
     def table(self) -> str:
         """delta.`URI` or a quoted path (the location), or a name `db.table` / `catalog.db.table` (its parts
         backquoted when needed), returned as the command line takes it (docs/discovery.md#tables-by-name)."""
-        token, following = self.current, self.tokens[self.index + 1]
-        if token.upper == "DELTA" and following.text == "." and self.tokens[self.index + 2].kind == "quoted":
+        token, following = self.current, self.ahead(1)
+        if token.upper == "DELTA" and following.text == "." and self.ahead(2).kind == "quoted":
             self.index += 2
             return unquote(self.take().text)
         if token.kind in ("word", "quoted") and following.text == ".":
