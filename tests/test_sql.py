@@ -83,7 +83,7 @@ def test_statements(text, expected):
 VALID_STATEMENTS = (
     "ALTER TABLE IF EXISTS delta.`/data/t` RECLUSTER FINAL WHERE k > 5 AND s IN ('a', 'b') LIMIT 3;",
     "OPTIMIZE TABLE hive.shop.`my.events` RECLUSTER",
-    "ALTER TABLE \"s3://b/t\" CLUSTER BY (a, `b c`)",
+    'ALTER TABLE "s3://b/t" CLUSTER BY (a, `b c`)',
 )
 
 
