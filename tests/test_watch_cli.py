@@ -18,6 +18,7 @@ from tests.helpers import (
     kill_tree,
     recluster_commits,
     row_multiset,
+    seen_version,
     start_logged,
     start_watch,
     stop_watch,
@@ -89,7 +90,8 @@ def test_sigterm_while_spark_starts_stops_the_job_gracefully(tmp_path):
 def test_a_source_worker_too_slow_to_connect_back_is_started_again(tmp_path):
     """Spark gives the Delta-log source's Python worker a fixed 10 s to connect back; a busy host can miss it. Here
     the first source worker's interpreter is held 12 s (a wrapper named by PYSPARK_PYTHON): the query fails to
-    start, the job starts it again from its checkpoint and reclusters, and no row is lost or duplicated."""
+    start, the job starts it again from its checkpoint, the restarted query brings a later append, the table is
+    reclustered, and no row is lost or duplicated."""
     table, log = tmp_path / "events", tmp_path / "watch.log"
     rng = np.random.default_rng(23)
     appended = [append_random(table, rng, batch, rows=3_000, high=10**6) for batch in range(3)]
@@ -104,7 +106,13 @@ def test_a_source_worker_too_slow_to_connect_back_is_started_again(tmp_path):
     wrapper.chmod(0o755)
     process = start_watch([table], tmp_path / "checkpoint", log, env={**os.environ, "PYSPARK_PYTHON": str(wrapper)})
     try:
-        wait_for(lambda: recluster_commits(table) >= 1, "a recluster commit after the query's second start", process)
+        wait_for(lambda: "reason=source_start_failed attempt=1" in log.read_text(), "the query started again", process)
+        # The job may recluster the tables it takes up before its query runs: a commit made after the restart, seen
+        # by the job, is what proves the restarted query delivers.
+        appended.append(append_random(table, rng, 3, rows=3_000, high=10**6))
+        version = DeltaTable(str(table)).version()
+        wait_for(lambda: seen_version(log) >= version, f"the restarted query to bring version {version}", process)
+        wait_for(lambda: recluster_commits(table) >= 1, "a recluster commit", process)
         stop_watch(process, log)
     finally:
         if process.poll() is None:
