@@ -199,17 +199,16 @@ class ReclusterHandler:
         republished. A table whose pause ends is planned at the next pass."""
         if not self.lock.acquire(blocking=False):  # a micro-batch is running: the read stays due for the next tick
             return
-        try:  # the sizes as the last batch left them; the reading and counting go on without the lock
-            tables = {
-                uri: TableSize(now_ms, len(t.state.blocks), sum(b.bytes for b in t.state.blocks))
-                for uri, t in self.tracked.items()
-            }
-            shares = {
-                uri: modelled_read_share(column_scan_fractions(t.state.blocks, t.key))
-                for uri, t in self.tracked.items()
-            }
+        try:  # the files as the last batch left them (a copy); the reading and counting go on without the lock
+            layouts = {uri: (t.state.blocks, t.key) for uri, t in self.tracked.items()}
         finally:
             self.lock.release()
+        tables = {
+            uri: TableSize(now_ms, len(blocks), sum(b.bytes for b in blocks)) for uri, (blocks, _) in layouts.items()
+        }
+        shares = {
+            uri: modelled_read_share(column_scan_fractions(blocks, key)) for uri, (blocks, key) in layouts.items()
+        }
         counted = self.benefit.count(tables, self.history, now_ms, shares)
         with self.lock:
             statuses = []
