@@ -70,6 +70,15 @@ class ClusteringSettings(Section):
     more key columns and linear (lexicographic) for one."""
 
 
+class SmallTableSettings(Section):
+    """Tables (partitions) whose files fit in one target file (`clustering.target_rows` and `target_file_bytes`):
+    not reclustered at every append, compacted once enough files gather (docs/concepts.md#small-tables)."""
+
+    compact_files: int = Field(50, ge=0)
+    """Files such a partition gathers before one task compacts them into one; 0: off (planned like any table).
+    50 is Delta's auto compaction minimum (`spark.databricks.delta.autoCompact.minNumFiles`)."""
+
+
 class ParquetSettings(Section):
     """How merge outputs are written (`merge.parquet.*`): like the best writers, ZSTD by default."""
 
@@ -202,6 +211,7 @@ class Settings(BaseSettings):
     """delta-rs storage options for every table (per-table options are merged on top): credentials, endpoint,
     region, `conditional_put`; they may hold secrets, so they are never printed or logged."""
     clustering: ClusteringSettings = ClusteringSettings()
+    small_tables: SmallTableSettings = SmallTableSettings()
     merge: MergeSettings = MergeSettings()
     selection: SelectionSettings = SelectionSettings()
     spark: SparkSettings = SparkSettings()

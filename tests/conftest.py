@@ -15,12 +15,17 @@ from typing import Any
 
 import pytest
 
-from tests.driver_jvm import start_drivers_fast
-from tests.helpers import QUICK_LOG
-from tests.hive_metastore import Metastore, metastore_missing
-from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars
-from tests.referee import Referee, referee_missing
-from tests.s3_server import S3Server, moto_server
+from tests.suite_environment import SUITE_SETTINGS
+
+for name, value in SUITE_SETTINGS.items():  # before any module below builds a Settings
+    os.environ.setdefault(name, value)
+
+from tests.driver_jvm import start_drivers_fast  # noqa: E402
+from tests.helpers import QUICK_LOG  # noqa: E402
+from tests.hive_metastore import Metastore, metastore_missing  # noqa: E402
+from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars  # noqa: E402
+from tests.referee import Referee, referee_missing  # noqa: E402
+from tests.s3_server import S3Server, moto_server  # noqa: E402
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -34,6 +34,7 @@ from recluster.delta.log_writer import set_table_properties
 from recluster.engine.rounds import ReclusterResult, recluster_table, snapshot_loader
 from recluster.settings import CLUSTER_BY_PROPERTY, ClusteringSettings, SelectionSettings, Settings, TableSettings
 from recluster.settings_job import StreamSettings
+from tests.suite_environment import SUITE_SETTINGS
 
 if TYPE_CHECKING:
     from recluster.engine.handler import ReclusterHandler
@@ -354,8 +355,10 @@ Run = subprocess.CompletedProcess[str]
 
 
 def cli_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This environment without RECLUSTER_ settings (a developer's own must not leak into a test), plus `env`."""
-    return {**{k: v for k, v in os.environ.items() if not k.upper().startswith("RECLUSTER_")}, **(env or {})}
+    """This environment without RECLUSTER_ settings (a developer's own must not leak into a test), plus the suite's
+    own (tests/suite_environment.py), plus `env`."""
+    inherited = {k: v for k, v in os.environ.items() if not k.upper().startswith("RECLUSTER_")}
+    return {**inherited, **SUITE_SETTINGS, **(env or {})}
 
 
 def run_cli(

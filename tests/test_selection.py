@@ -8,6 +8,7 @@ encoded keys. The code under test reads `Block`s built the way `table.blocks_fro
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from recluster.core.deletion_vectors import DeletionVector
 from recluster.core.key_encoding import encode_key, encode_partition
 from recluster.core.keys import KeyColumn, KeyType, key_fingerprint
 from recluster.core.selection import select_merge_tasks
-from recluster.core.selection.plan import MergeTask, Reason, ReclusterPlan, SelectionBounds, level_threshold
+from recluster.core.selection.plan import MergeTask, Policy, Reason, ReclusterPlan, SelectionBounds, level_threshold
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIGHT = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -600,3 +601,54 @@ def test_plan_str_names_every_reason() -> None:
     assert text.splitlines()[0] == "plan table=t read_version=7 policy=levels tasks=2"
     for reason in (Reason.UNCLUSTERED, Reason.DEPTH_ABOVE_THRESHOLD, Reason.OLDER_KEY):
         assert f"reason={reason.value}" in text
+
+
+# --- Small tables (docs/concepts.md#small-tables) -----------------------------------------------------------
+
+
+@st.composite
+def small_bounds(draw: st.DrawFn) -> SelectionBounds:
+    """Generous bounds with the small-table rule at a drawn file count and target file (either policy)."""
+    return dataclasses.replace(
+        draw(generous_bounds()),
+        policy=draw(st.sampled_from(list(Policy))),
+        target_rows=draw(st.integers(1, 6_000)),
+        target_bytes=draw(st.integers(1, 600)),
+        small_table_files=draw(st.integers(0, 8)),
+    )
+
+
+def small_partitions(specs: list[Spec], bounds: SelectionBounds) -> dict[Partition, list[Spec]]:
+    """Oracle: the partitions whose live files' rows and bytes fit in one target file (the rule on)."""
+    members: dict[Partition, list[Spec]] = defaultdict(list)
+    for spec in live(specs, bounds, final=False):
+        members[spec.partition].append(spec)
+    assert bounds.target_rows is not None and bounds.target_bytes is not None
+    return {
+        partition: found
+        for partition, found in members.items()
+        if bounds.small_table_files > 0
+        and sum(s.rows for s in found) <= bounds.target_rows
+        and sum(s.size for s in found) <= bounds.target_bytes
+    }
+
+
+@given(specs=spec_lists(), bounds=small_bounds(), final=st.booleans())
+@PROPERTY
+def test_small_partitions_wait_then_compact_whole(specs: list[Spec], bounds: SelectionBounds, final: bool) -> None:
+    plan = plan_of(specs, bounds, final=final)
+    without_rule = plan_of(specs, dataclasses.replace(bounds, small_table_files=0), final=final)
+    small = {} if final else small_partitions(specs, bounds)
+    for partition in {s.partition for s in specs}:
+        tasks = [t for t in plan.tasks if t.partition == partition]
+        if partition not in small:  # big, or FINAL: planned exactly as without the rule
+            expected = [t for t in without_rule.tasks if t.partition == partition]
+            assert [(paths(t), t.reason) for t in tasks] == [(paths(t), t.reason) for t in expected]
+        elif len(small[partition]) >= max(bounds.small_table_files, 2):
+            assert [(paths(t), t.reason) for t in tasks] == [
+                ({s.path for s in small[partition]}, Reason.SMALL_TABLE_COMPACTION)
+            ]
+        else:
+            assert tasks == []
+    waiting = sum(len(found) for found in small.values() if len(found) < max(bounds.small_table_files, 2))
+    assert [s.files for s in plan.skipped if s.reason is Reason.SMALL_TABLE] == ([waiting] if waiting else [])

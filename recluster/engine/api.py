@@ -118,6 +118,8 @@ def selection_bounds(
         beta=selection.resolved_beta,
         target_depth=selection.target_depth,
         target_rows=clustering.target_rows,
+        target_bytes=clustering.target_file_bytes,
+        small_table_files=settings.small_tables.compact_files,
     )
 
 

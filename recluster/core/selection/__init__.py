@@ -27,6 +27,7 @@ from recluster.core.selection.plan import (
     output_level,
 )
 from recluster.core.selection.runs import table_runs
+from recluster.core.selection.small_tables import fits_one_file, small_table_task
 
 
 def select_merge_tasks(
@@ -43,7 +44,15 @@ def select_merge_tasks(
     oversized = 0
     betas: list[float] = []
     watermarks: list[tuple[Partition, WatermarkDecision]] = []
+    waiting_small = 0
     for partition, members in _by_partition(files, live):
+        if not final and fits_one_file(files, members, bounds):
+            small = small_table_task(partition, files, members, bounds) if len(tasks) < bounds.max_tasks else None
+            if small is None:
+                waiting_small += len(members)
+            else:
+                tasks.append(small)
+            continue
         unclustered = members[~files.clustered[members]]
         oversized += int(np.count_nonzero(files.sizes_of(unclustered) > bounds.max_task_bytes))
         for group in chunk_unclustered(files, unclustered, bounds, bounds.max_tasks - len(tasks)):
@@ -66,6 +75,14 @@ def select_merge_tasks(
         oversized += over
     if oversized:
         skipped.append(Skipped(Reason.OVER_SIZE_BOUND, oversized, "deep ranges whose files exceed the task bounds"))
+    if waiting_small:
+        skipped.append(
+            Skipped(
+                Reason.SMALL_TABLE,
+                waiting_small,
+                f"fit in one target file; compacted at {bounds.small_table_files} files",
+            )
+        )
     if absorb and not tasks and betas:
         skipped.append(Skipped(Reason.ABSORB_BELOW_RATIO, 0, "no run reaches the absorb ratio"))
     return ReclusterPlan(

@@ -46,6 +46,10 @@ class Reason(StrEnum):
     a rewrite of everything; the late run merges into the main run."""
     LATE_RUN_RENT = "late_run_rent"
     """absorb with late rows from anywhere: the waiting appends' depth is below its share; they wait."""
+    SMALL_TABLE = "small_table"
+    """A partition whose files fit in one target file: its key ranges are not worth separating; its files wait."""
+    SMALL_TABLE_COMPACTION = "small_table_compaction"
+    """A partition whose files fit in one target file gathered `small_table_files` of them: one file out."""
     MINOR = "minor_optimizing"
     MAJOR = "major_optimizing"
     FULL = "full_optimizing"
@@ -68,6 +72,11 @@ class SelectionBounds:
     """absorb: when set, beta is scaled by target_depth / average_depth (lower while the table is deeper)."""
     target_rows: int | None = None
     """Rows per output file: the watermark cut waits until it closes at least half a file."""
+    target_bytes: int | None = None
+    """Bytes per output file at most (with `target_rows`: what one target file holds)."""
+    small_table_files: int = 0
+    """A partition whose files fit in one target file is compacted once it holds this many files, never
+    reclustered before (docs/concepts.md#small-tables); 0: off, it is planned like any other."""
 
 
 @dataclass(frozen=True, slots=True)
