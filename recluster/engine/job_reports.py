@@ -58,6 +58,7 @@ class JobReports:
         """One scheduling pass (job_schedule), its work run in the policy's order, every table with new commits
         reported. `touched` maps tables with new commits in this batch to whether a commit was not ours."""
         reports = []
+        decided: dict[str, TableReport] = {}
         if not self.stopping.is_set() and self.may_work():
             scheduled = schedule_pass(
                 self.tracked,
@@ -69,6 +70,10 @@ class JobReports:
             )
             for uri, error in scheduled.failed:
                 self.fail(uri, error)
+            failed = {uri for uri, _ in scheduled.failed}
+            decided = self.publish_decisions(
+                [u for u in touched if u not in failed], [*scheduled.run, *scheduled.waiting]
+            )
             for work in scheduled.run:
                 if self.stopping.is_set():
                     break
@@ -83,15 +88,40 @@ class JobReports:
                 reports.append(self.report(self.tracked[work.table], waiting))
         reported = {r.status.table for r in reports}
         for uri in touched:
-            if uri not in reported and uri in self.tracked:
+            if uri in decided and uri not in reported:  # nothing due: its decision is its report
+                log.info("%s", decided[uri].status)
+                reports.append(decided[uri])
+            elif uri not in reported and uri in self.tracked:
                 config = self.config(self.tracked[uri])
                 if config is not None:
                     reason = str(self.tracked[uri].paused or "within_threshold")
                     reports.append(self.report(self.tracked[uri], DueWork(uri, config, None, reason)))
         return reports
 
-    def report(self, tracked: TrackedTable, work: DueWork) -> TableReport:
-        report = run_work(
+    def publish_decisions(self, touched: Sequence[str], due: Sequence[DueWork]) -> dict[str, TableReport]:
+        """Publish the status of every table with new commits at its new version before any merge of the pass runs
+        (docs/streaming.md#decisions-before-merges): a commit's decision never waits behind other tables' merges.
+        A table with work due shows it pending; the report after its work replaces this one. Statuses only: the
+        metrics record and the log line come with the pass's reports. Returns the decisions of the tables with
+        nothing due (their reports)."""
+        reasons = {work.table: work.reason for work in due}
+        decided: dict[str, TableReport] = {}
+        for uri in touched:
+            tracked = self.tracked.get(uri)
+            config = self.config(tracked) if tracked is not None else None
+            if tracked is None or config is None:
+                continue
+            if uri in reasons:
+                tracked.pending = True  # its work runs in this pass; the report after it says what is left
+            reason = reasons.get(uri) or str(tracked.paused or "within_threshold")
+            decided[uri] = self.run(tracked, DueWork(uri, config, None, reason))
+        if decided:
+            self.board.publish([r.status for r in decided.values()], [r.snapshot for r in decided.values()])
+        return {uri: report for uri, report in decided.items() if uri not in reasons}
+
+    def run(self, tracked: TrackedTable, work: DueWork) -> TableReport:
+        """Run a table's work (`work.kind` None: none) and make its report."""
+        return run_work(
             tracked,
             work,
             settings=self.settings,
@@ -100,6 +130,9 @@ class JobReports:
             failures=self.failures,
             skipped_events=self.skipped_events,
         )
+
+    def report(self, tracked: TrackedTable, work: DueWork) -> TableReport:
+        report = self.run(tracked, work)
         log.info("%s", report.status)
         return report
 
