@@ -20,6 +20,7 @@ from recluster.core.optimizing import (
     optimizing_config,
     pending_optimizing,
     plan_optimizing,
+    quiet_until,
     table_health,
 )
 from recluster.core.scheduling import (
@@ -136,6 +137,21 @@ def test_triggers_minor_by_count_and_interval_major_and_full():
     assert pending_optimizing(undersized, full, fresh, now=now).type is ProcessType.FULL
     disabled = optimizing_config({"self-optimizing.enabled": "false"}, DEFAULTS)
     assert pending_optimizing(twelve, disabled, stale, now=now).type is None
+
+
+def test_minor_interval_of_a_table_never_minor_optimized_counts_from_its_oldest_fragment():
+    """Two fragments of a new table: no minor until an interval after the older one was written (it was due at
+    once, the interval counted from 1970); with a minor in the history, from that minor as before."""
+    now = 10_000_000.0
+    written = [block(f"f{i}", MB, modified_ms=int((now - 600 + i) * 1000)) for i in range(2)]
+    health = table_health(written, CONFIG)
+    never = TableHistory(last={})
+    interval = CONFIG.minor_trigger_interval_ms / 1000
+    assert pending_optimizing(health, CONFIG, never, now=now).type is None
+    assert quiet_until(health, CONFIG, never) == now - 600 + interval
+    assert pending_optimizing(health, CONFIG, never, now=now - 600 + interval).reason == "minor_interval"
+    stale = TableHistory(last={ProcessType.MINOR: now - interval - 1})
+    assert pending_optimizing(health, CONFIG, stale, now=now).reason == "minor_interval"
 
 
 sizes = st.lists(st.integers(1, 300 * MB), min_size=0, max_size=40)

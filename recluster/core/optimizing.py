@@ -134,6 +134,9 @@ class PartitionHealth:
     rows: int = 0
     heavy_deletion_files: int = 0
     """Files whose deletion vectors hide more than major.trigger.duplicate-ratio of their rows."""
+    oldest_fragment_ms: int = 0
+    """When the oldest fragment was written (0: unknown): minor's interval counts from it on a table never
+    minor-optimized."""
 
     @property
     def segments(self) -> int:
@@ -220,6 +223,7 @@ def table_health(blocks: Iterable[Block], config: OptimizingConfig) -> TableHeal
                 sum(b.deleted_rows for b in group),
                 sum(b.rows for b in group),
                 sum(_has_heavy_deletes(b, config) for b in group),
+                min((b.modified_ms for b in group if _is_fragment(b, config)), default=0),
             )
             for partition, group in _by_partition(blocks)
         )
@@ -242,8 +246,12 @@ def interval_due_times(
     due: dict[ProcessType, float] = {}
     if config.full_trigger_interval_ms >= 0 and health.files > 1:
         due[ProcessType.FULL] = history.last.get(ProcessType.FULL, 0.0) + config.full_trigger_interval_ms / 1000
-    if config.minor_trigger_interval_ms >= 0 and any(p.fragments >= 2 for p in health.partitions):
-        due[ProcessType.MINOR] = history.last.get(ProcessType.MINOR, 0.0) + config.minor_trigger_interval_ms / 1000
+    with_fragments = [p for p in health.partitions if p.fragments >= 2]
+    if config.minor_trigger_interval_ms >= 0 and with_fragments:
+        # Never minor-optimized: the interval counts from the oldest fragment, not from 1970 (a new table's second
+        # append would trigger a minor at once: docs/operations.md#self-optimizing).
+        oldest = min(p.oldest_fragment_ms for p in with_fragments) / 1000
+        due[ProcessType.MINOR] = history.last.get(ProcessType.MINOR, oldest) + config.minor_trigger_interval_ms / 1000
     return due
 
 
