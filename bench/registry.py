@@ -111,6 +111,15 @@ BENCHMARKS = (
         ("discovery-takeup-quick-2026-11-28.json",),
     ),
     Benchmark(
+        "fleet-scale",
+        "bench.fleet_scale_bench",
+        "three jobs sharing many small tables on the S3 emulator (issue 44): owned, commit-to-decision at 20 appends a "
+        "second against the targets and against the small-table rule off, a job killed",
+        "fleet-scale",
+        (),
+        args=("--baseline",),
+    ),
+    Benchmark(
         "curve",
         "bench.curve_bench",
         "multi-column keys on curves against delta-rs z_order",

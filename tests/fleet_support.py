@@ -30,9 +30,11 @@ def start_job(
     ttl: float,
     renew: float = 3.0,
     interval: float = 3.0,
+    properties: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """A `recluster watch` on every table below `lake`, sharing them through leases under `leases`; (process, its
-    HTTP port)."""
+    """A `recluster watch` on every table below `lake` (which inherit `properties`), sharing them through leases
+    under `leases`, with `env` over the suite's environment; (process, its HTTP port)."""
     port = free_port()
     config = tmp_path / f"{name}.yaml"
     config.write_text(
@@ -41,7 +43,7 @@ def start_job(
                 "storage_options": s3.options(),
                 "discovery": {
                     "interval_seconds": interval,
-                    "roots": [{"uri": lake, "max_depth": 1}],
+                    "roots": [{"uri": lake, "max_depth": 1, "properties": properties or {}}],
                     "leases": {"root": leases, "ttl_seconds": ttl, "renew_seconds": renew},
                 },
                 "clustering": {"target_rows": 4_000},
@@ -52,7 +54,7 @@ def start_job(
         )
     )
     log = tmp_path / f"{name}.log"
-    process = start_logged([sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"], log)
+    process = start_logged([sys.executable, "-m", "recluster.cli", "watch", "--config", str(config), "-v"], log, env)
     return process, port
 
 
@@ -105,11 +107,13 @@ def ours(uri: str, version: int, options: dict[str, str]) -> bool:
     return any(a.get("commitInfo", {}).get(PRODUCER_KEY) == PRODUCER for a in read_log_actions(uri, version, options))
 
 
-def rss_mb(process: subprocess.Popen[bytes]) -> float:
+def rss_mb(process: subprocess.Popen[bytes], *, peak: bool = False) -> float:
+    """Resident memory of the process and its descendants in MB (`peak`: each one's high-water mark, summed)."""
     total = 0
+    field = "VmHWM:" if peak else "VmRSS:"
     for pid in [process.pid, *descendants(process.pid)]:
         try:
-            fields = Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()
+            fields = Path(f"/proc/{pid}/status").read_text().split(field)[1].split()
         except (OSError, IndexError):
             continue
         total += int(fields[0])

@@ -1,0 +1,243 @@
+"""Several jobs sharing a lake of many small tables (issue 44's acceptance): `python -m bench.fleet_scale_bench
+[--quick] [--tables N] [--jobs J] [--baseline]`.
+
+N small Delta tables (one 200-row commit each) under one root on the S3 emulator (moto_server), the root's
+`recluster.clusterBy` handed down; J `recluster watch` processes (local Spark each) sharing them through leases with
+the default `ttl_seconds` and `renew_seconds`. Measured, against the issue's targets:
+- every table owned exactly once, counts within one: seconds from the processes' start (their Spark's start included);
+- commit -> decision while appends arrive at RATE tables a second for APPEND_SECONDS: for each append, from its
+  commit returning to its owner's `/status` showing the table at that version or later (polled every POLL_SECONDS,
+  so figures are rounded up to that), p50 and p95; the merges the jobs ran meanwhile;
+- one job killed with SIGKILL: seconds until the others own every table again;
+- rounds overlapping on a table, from the logs of every table appended to (0 required); every appended row there;
+- each job's peak resident memory (driver and its JVM: VmHWM summed over its processes).
+With `--baseline` the same lake shape runs again, on fresh tables, with the small-table rule off
+(`small_tables.compact_files=0`, what the jobs did before: a tiny table merged at every other append), for the
+decision lag only. N = 10,000 and J = 3 as the issue asks (quick: 300). Writes
+bench/results/fleet-scale[-quick]-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from bench.common import log, percentile, publish
+from docgen.figures import ratio_row
+from recluster.settings import SmallTableSettings
+from tests.fleet_support import overlapping_rounds, partition, rss_mb, start_job, status
+from tests.helpers import kill_tree, row_multiset
+from tests.s3_server import S3Server, moto_server
+
+ROWS = 200
+RATE = 20.0
+APPEND_SECONDS = 60.0
+POLL_SECONDS = 0.5
+OWNED_TIMEOUT = 3_600.0
+TARGET_P95_SECONDS, TARGET_TAKEOVER_SECONDS = 5.0, 60.0
+RULE_ON = SmallTableSettings().compact_files
+
+
+def random_rows(rng: np.random.Generator) -> pa.Table:
+    return pa.table({"k": pa.array(rng.integers(0, 10**9, ROWS), pa.int64())})
+
+
+def write_tables(uris: list[str], options: dict[str, str]) -> dict[str, list[pa.Table]]:
+    rng = np.random.default_rng(44)
+    batches = {uri: [random_rows(rng)] for uri in uris}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda uri: write_deltalake(uri, batches[uri][0], storage_options=options), uris))
+    return batches
+
+
+def wait_until(condition: Any, what: str, timeout: float) -> float:
+    """Seconds until `condition()` holds (checked every second), or RuntimeError naming `what`."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(1.0)
+    return time.monotonic() - started
+
+
+def balanced(ports: list[int], uris: set[str]) -> bool:
+    shares = partition(ports, uris)
+    return shares is not None and max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+class DecisionClock:
+    """Appends at RATE tables a second and the time each takes to show in its owner's /status."""
+
+    def __init__(self, uris: list[str], batches: dict[str, list[pa.Table]], options: dict[str, str]) -> None:
+        self.uris, self.batches, self.options = uris, batches, options
+        self.pending: list[tuple[str, int, float]] = []
+        self.latencies: list[float] = []
+        self.tasks = 0
+        self.lock = threading.Lock()
+        self.rng = np.random.default_rng(45)
+
+    def append(self, uri: str) -> None:
+        rows = random_rows(self.rng)
+        write_deltalake(uri, rows, mode="append", storage_options=self.options)
+        committed = time.monotonic()
+        version = DeltaTable(uri, storage_options=self.options).version()  # ours or a later one: decided by then
+        with self.lock:
+            self.batches[uri].append(rows)
+            self.pending.append((uri, version, committed))
+
+    def poll(self, ports: list[int]) -> None:
+        versions: dict[str, int] = {}
+        tasks = 0
+        for port in ports:
+            for table in (status(port) or {}).get("tables", []):
+                versions[table["table"]] = max(versions.get(table["table"], -1), table["version"])
+                tasks += int(table.get("tasks", 0))
+        now = time.monotonic()
+        with self.lock:
+            self.tasks = max(self.tasks, tasks)
+            waiting = []
+            for uri, version, committed in self.pending:
+                if versions.get(uri, -1) >= version:
+                    self.latencies.append(now - committed)
+                else:
+                    waiting.append((uri, version, committed))
+            self.pending = waiting
+
+    def run(self, ports: list[int]) -> None:
+        """Append for APPEND_SECONDS (tables in a shuffled cycle), then wait for every decision."""
+        stop = threading.Event()
+
+        def poller() -> None:
+            while not stop.wait(POLL_SECONDS):
+                self.poll(ports)
+
+        watcher = threading.Thread(target=poller, daemon=True)
+        watcher.start()
+        chosen = itertools.cycle(self.rng.permutation(self.uris))
+        with ThreadPoolExecutor(8) as pool:
+            started = time.monotonic()
+            for index in range(int(RATE * APPEND_SECONDS)):
+                time.sleep(max(0.0, started + index / RATE - time.monotonic()))
+                pool.submit(self.append, str(next(chosen)))
+        wait_until(lambda: not self.pending, "every append decided", 900)
+        stop.set()
+        watcher.join()
+
+
+def run_fleet(
+    work: Path, s3: S3Server, name: str, count: int, jobs: int, compact_files: int, kill: bool
+) -> dict[str, Any]:
+    """One fleet on fresh tables under `name`: owned, appended to, (`kill`) one job killed; its figures."""
+    began = time.monotonic()
+    options = s3.options()
+    lake, leases = s3.table_uri(name), s3.table_uri(f"{name}-leases")
+    uris = [f"{lake}/t{index:05d}" for index in range(count)]
+    batches = write_tables(uris, options)
+    log(f"{name}: {count} tables written in {time.monotonic() - began:.0f} s")
+    env = {"RECLUSTER_SMALL_TABLES__COMPACT_FILES": str(compact_files)}
+    processes = [
+        start_job(work, f"{name}-job{i}", s3, lake, leases, 30.0, 10.0, 60, {"recluster.clusterBy": "k"}, env)
+        for i in range(jobs)
+    ]
+    ports = [port for _, port in processes]
+    result: dict[str, Any] = {"tables": count, "jobs": jobs, "small_tables_compact_files": compact_files}
+    try:
+        result["owned_seconds"] = wait_until(lambda: balanced(ports, set(uris)), "every table owned", OWNED_TIMEOUT)
+        log(f"{name}: every table owned once, balanced, {result['owned_seconds']:.0f} s after the jobs' start")
+        clock = DecisionClock(uris, batches, options)
+        clock.run(ports)
+        p50, p95 = percentile(clock.latencies, 50), percentile(clock.latencies, 95)
+        result["decision_seconds"] = {
+            "p50": p50,
+            "p95": p95,
+            "max": max(clock.latencies),
+            "appends": len(clock.latencies),
+            "poll": POLL_SECONDS,
+        }
+        result["merges_during_appends"] = clock.tasks
+        log(f"{name}: commit -> decision over {len(clock.latencies)} appends: p50 {p50:.2f} s, p95 {p95:.2f} s")
+        result["peak_memory_mb"] = {f"job{i}": rss_mb(process, peak=True) for i, (process, _) in enumerate(processes)}
+        if kill:
+            kill_tree(processes[-1][0])
+            alive = ports[:-1]
+            result["takeover_seconds"] = wait_until(
+                lambda: partition(alive, set(uris)) is not None, "the killed job's tables owned", 600
+            )
+            shares = partition(alive, set(uris)) or []
+            result["shares_after_takeover"] = sorted(len(share) for share in shares)
+            log(
+                f"{name}: the killed job's tables owned by the others {result['takeover_seconds']:.0f} s after the kill"
+            )
+    finally:
+        for process, _ in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=120)
+                except subprocess.TimeoutExpired:  # a loaded machine: the job did not stop in time
+                    kill_tree(process)
+    appended = sorted({uri for uri, rows in batches.items() if len(rows) > 1})
+    result["overlapping_rounds"] = sum(len(overlapping_rounds(uri, options)) for uri in appended)
+    lost = [
+        uri
+        for uri in appended
+        if row_multiset(DeltaTable(uri, storage_options=options).to_pyarrow_table(columns=["k"]))
+        != row_multiset(pa.concat_tables(batches[uri]))
+    ]
+    if lost:
+        raise RuntimeError(f"{name}: rows differ in {len(lost)} tables: {lost[:5]}")
+    result["tables_checked"] = len(appended)
+    result["seconds"] = time.monotonic() - began
+    return result
+
+
+def main(quick: bool = False, tables: int | None = None, jobs: int = 3, baseline: bool = False) -> dict[str, Any]:
+    count = tables or (300 if quick else 10_000)
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="recluster-fleet-") as work_dir, moto_server(Path(work_dir)) as s3:
+        work = Path(work_dir)
+        fleet = run_fleet(work, s3, "lake", count, jobs, RULE_ON, kill=True)
+        before = run_fleet(work, s3, "rule-off", count, jobs, 0, kill=False) if baseline else None
+    p95 = fleet["decision_seconds"]["p95"]
+    rows = [
+        ratio_row("commit -> decision p95 (s), against the target", p95, TARGET_P95_SECONDS, "<= 1"),
+        ratio_row(
+            "takeover after kill -9 (s), against the target", fleet["takeover_seconds"], TARGET_TAKEOVER_SECONDS, "<= 1"
+        ),
+        ["every table owned once (s)", fleet["owned_seconds"], None, None, "stated"],
+        ["overlapping rounds", fleet["overlapping_rounds"], None, None, "0"],
+    ]
+    if before is not None:
+        rows.append(
+            ratio_row(
+                "commit -> decision p95 (s), against the small-table rule off",
+                p95,
+                before["decision_seconds"]["p95"],
+                "< 1",
+            )
+        )
+    result = {**fleet, "rule_off": before, "seconds": time.monotonic() - began}
+    return publish("fleet-scale", f"{jobs} jobs sharing {count} tables on the S3 emulator", quick, rows, result)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet_scale_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="300 tables")
+    parser.add_argument("--tables", type=int, help="how many tables (default 10,000; 300 with --quick)")
+    parser.add_argument("--jobs", type=int, default=3, help="how many jobs (default 3)")
+    parser.add_argument("--baseline", action="store_true", help="run again with the small-table rule off")
+    arguments = parser.parse_args()
+    main(quick=arguments.quick, tables=arguments.tables, jobs=arguments.jobs, baseline=arguments.baseline)
