@@ -29,6 +29,9 @@ TEST_SHORTCUTS = {
     "spark.databricks.delta.writeChecksumFile.enabled": "false",
     "spark.databricks.delta.merge.materializeSource": "none",
     "spark.sql.codegen.wholeStage": "false",
+    # nor for single expressions: generating and compiling their Java code was a fifth of the referee's CPU (a
+    # profile of its statements), and interpreted evaluation answers the same on a few thousand rows
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",  # the scan's metrics stay on the plan that ran
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",  # VACUUM lists in 2 tasks, not 10,000: 34 -> 3 s
     # a JVM of short statements spends its CPU compiling: the quick compiler only, and no concurrent collector
