@@ -20,7 +20,7 @@ from recluster.core.outcomes import CommitStatus
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import ClusteringSettings, Settings, TableSettings
 from recluster.settings_job import StreamSettings
-from tests.delta_spark_tables import RECIPES, copy, our_versions, protocol
+from tests.delta_spark_tables import DELETION_VECTORS, RECIPES, copy, our_versions, protocol
 from tests.helpers import wait_for
 from tests.referee import Referee, RefereeError
 from tests.table_shapes import rows_digest
@@ -37,13 +37,12 @@ BATCHES, BATCH_ROWS = 2, 100
 
 
 JOB_TABLES = (
-    "deletion-vectors-cdf-ict-v2-checkpoints",
+    DELETION_VECTORS,
     "column-mapping-name-row-tracking",
     "column-mapping-id-hilbert",
     "liquid-clustering",
-    "type-widening",
 )
-"""The tables the job watches at once: every feature but those of the plain tables (identity, generated and CHECK
+"""The tables the job watches at once: every feature but those of the plain table (identity, generated and CHECK
 columns; a generated partition column), which the other suite takes through the same code."""
 
 
@@ -87,7 +86,7 @@ def test_the_job_reclusters_the_feature_tables_while_delta_spark_appends(
     )
 
 
-DML_TABLE = "deletion-vectors-cdf-ict-v2-checkpoints"
+DML_TABLE = DELETION_VECTORS
 """The table Delta Spark's statements race ours on: deletion vectors, so theirs add vectors to our inputs."""
 
 THEIRS = {

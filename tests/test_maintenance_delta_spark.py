@@ -21,7 +21,7 @@ from recluster.delta.maintenance import maintain_table
 from recluster.delta.maintenance_steps import MaintenanceStep, RefusalReason
 from recluster.delta.replay import replay_log
 from recluster.settings_optimizing import MaintenanceSettings
-from tests.delta_spark_tables import RECIPES, Recipe, copy, protocol, rows, settings_for
+from tests.delta_spark_tables import DELETION_VECTORS, PLAIN, RECIPES, Recipe, copy, protocol, rows, settings_for
 from tests.helpers import handler_with_tables, run_rounds
 from tests.referee import Referee
 
@@ -79,8 +79,8 @@ def live_files(path: Path) -> set[str]:
     return data | {vector.file_path() for vector in vectors if vector.storage_type == "u"}
 
 
-MORE_FEATURES = "type-widening+timestampNtz+vacuumProtocolCheck+allowColumnDefaults"
-"""The type widening table with the other features recluster rewrites: a TIMESTAMP_NTZ column holding values."""
+MORE_FEATURES = f"{DELETION_VECTORS}+timestampNtz+vacuumProtocolCheck+allowColumnDefaults"
+"""The deletion vector table with the other features recluster rewrites: a TIMESTAMP_NTZ column holding values."""
 
 ADDING_MORE_FEATURES = (
     "ALTER TABLE {t} SET TBLPROPERTIES ('delta.feature.vacuumProtocolCheck' = 'supported', "
@@ -90,7 +90,7 @@ ADDING_MORE_FEATURES = (
 )
 
 
-@pytest.mark.parametrize("case", [*RECIPES, MORE_FEATURES])
+@pytest.mark.parametrize("case", [*RECIPES, MORE_FEATURES], ids=str)
 def test_maintenance_keeps_every_feature_table_whole_for_delta_spark(
     case: str, sources: dict[str, Path], past_retention: Referee, tmp_path: Path
 ) -> None:
@@ -152,7 +152,7 @@ def test_log_cleanup_is_refused_on_a_table_with_checkpoint_protection(
 ) -> None:
     """Delta Spark's DROP FEATURE protects the history before it (writer feature checkpointProtection), which
     delta-rs's log cleanup ignores: vacuum and a checkpoint run, log cleanup is refused."""
-    feature = "deletion-vectors-cdf-ict-v2-checkpoints"
+    feature = DELETION_VECTORS
     referee, recipe = past_retention, RECIPES[feature]
     path = rewritten(sources[feature], tmp_path / "t", recipe)
     target = f"delta.`{path}`"
@@ -178,8 +178,8 @@ def test_vacuum_of_a_shallow_clone_never_touches_the_files_of_its_source(
     sources: dict[str, Path], referee: Referee, tmp_path: Path
 ) -> None:
     """A shallow clone's removes name its source's files by absolute path; delta-rs plans them for vacuum."""
-    recipe = RECIPES["type-widening"]
-    source = copy(sources["type-widening"], tmp_path / "source")
+    recipe = RECIPES[PLAIN]  # no deletion vectors: the clone's DELETE removes files of its source
+    source = copy(sources[PLAIN], tmp_path / "source")
     clone = tmp_path / "clone"
     referee.sql(f"CREATE TABLE delta.`{clone}` SHALLOW CLONE delta.`{source}`")
     referee.sql(f"DELETE FROM delta.`{clone}` WHERE a % 3 = 0")
