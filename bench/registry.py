@@ -103,6 +103,25 @@ BENCHMARKS = (
         ("driver-start-2026-11-28.json",),
     ),
     Benchmark(
+        "referee-cpu",
+        "bench.referee_cpu_bench",
+        "the Delta Spark referee's CPU writing the suite's feature tables with the tests' NO_CODEGEN against Spark's "
+        "expression code generation",
+        "referee-cpu",
+        (),
+        needs=REFEREE,
+    ),
+    Benchmark(
+        "suite-cpu",
+        "bench.suite_cpu_bench",
+        "the full test suite's CPU by process (the referee, our Spark drivers, pytest workers, subprocesses, "
+        "emulators): what bounds the suite's time",
+        "suite-cpu",
+        (),
+        quick=False,
+        needs="every test service (`./dev test` sets them up)",
+    ),
+    Benchmark(
         "discovery-takeup",
         "bench.discovery_takeup_bench",
         "a first start on many tables found under a root on the S3 emulator (20 ms a request): discovery reading "
