@@ -108,7 +108,7 @@ BENCHMARKS = (
         "the Delta Spark referee's CPU writing the suite's feature tables with the tests' NO_CODEGEN against Spark's "
         "expression code generation",
         "referee-cpu",
-        (),
+        ("referee-cpu-quick-2026-11-28.json",),
         needs=REFEREE,
     ),
     Benchmark(
@@ -117,7 +117,7 @@ BENCHMARKS = (
         "the full test suite's CPU by process (the referee, our Spark drivers, pytest workers, subprocesses, "
         "emulators): what bounds the suite's time",
         "suite-cpu",
-        (),
+        ("suite-cpu-2026-11-28.json",),
         quick=False,
         needs="every test service (`./dev test` sets them up)",
     ),
