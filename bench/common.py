@@ -180,6 +180,22 @@ def process_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB  # not Linux: KiB on most systems
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (field 3 on: state, parent, ...), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """User plus system CPU seconds of a process, from its `process_stat` fields."""
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 def measured_in_subprocess(module: str, path: Path, what: str) -> dict[str, Any]:
     """`python -m <module> --measure WHAT TABLE` in a fresh interpreter: the JSON it prints last."""
     done = subprocess.run(

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import log, publish, quick_cli
+from bench.common import cpu_seconds, log, process_stat, publish, quick_cli
 from tests.delta_spark_tables import RECIPES, write_table
 from tests.helpers import descendants
 from tests.referee import Referee, referee_missing
@@ -22,19 +22,11 @@ from tests.referee import Referee, referee_missing
 CODE_GENERATION = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 """Spark's default, over the tests' NO_CODEGEN (tests/referee/server.py)."""
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
 
 def tree_cpu_seconds(pid: int) -> float:
     """User plus system CPU of `pid` and every process below it."""
-    total = 0
-    for each in (pid, *descendants(pid)):
-        try:
-            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / TICKS
+    stats = (process_stat(each) for each in (pid, *descendants(pid)))
+    return sum(cpu_seconds(fields) for fields in stats if fields is not None)
 
 
 def write_every_table(work: Path, conf: dict[str, str]) -> dict[str, float]:

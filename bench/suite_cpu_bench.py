@@ -17,12 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import log, publish
+from bench.common import cpu_seconds, log, process_stat, publish
 
 MARK = "RECLUSTER_SUITE_CPU"
 """Set in pytest's environment: a process that carries it belongs to the run, wherever it was reparented."""
-
-TICKS = os.sysconf("SC_CLK_TCK")
 
 JVM_KINDS = (
     ("referee", "the Delta Spark referee's JVM"),
@@ -62,16 +60,11 @@ def kind(command: str) -> str:
 
 def sample(root: int, seen: dict[tuple[int, int], list[Any]]) -> None:
     """Every process below `root` or carrying MARK: its CPU so far and what it is now (a launcher script execs java)."""
-    parents: dict[int, int] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stats[int(entry)] = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stats[int(entry)][1])
+    stats = {int(entry): process_stat(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()}
+    parents = {pid: int(fields[1]) for pid, fields in stats.items() if fields is not None}
     for pid, fields in stats.items():
+        if fields is None:
+            continue
         key = (pid, int(fields[19]))
         if key not in seen:
             ancestor = pid
@@ -81,14 +74,14 @@ def sample(root: int, seen: dict[tuple[int, int], list[Any]]) -> None:
                 ours = ancestor == root or f"{MARK}=1".encode() in Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            seen[key] = [0, "", ours]
+            seen[key] = [0.0, "", ours]
         if seen[key][2]:
             try:
                 command = Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
             except OSError:
                 continue
             seen[key][1] = kind(command) if command else seen[key][1]  # an exited process has none
-            seen[key][0] = max(seen[key][0], int(fields[11]) + int(fields[12]))
+            seen[key][0] = max(seen[key][0], cpu_seconds(fields))
 
 
 def main() -> dict[str, Any]:
@@ -105,9 +98,9 @@ def main() -> dict[str, Any]:
     wall = time.perf_counter() - started
     by_kind: dict[str, float] = defaultdict(float)
     processes: dict[str, int] = defaultdict(int)
-    for ticks, what, ours in seen.values():
+    for seconds, what, ours in seen.values():
         if ours and what:
-            by_kind[what] += ticks / TICKS
+            by_kind[what] += seconds
             processes[what] += 1
     total = sum(by_kind.values())
     count = sum(processes.values())
