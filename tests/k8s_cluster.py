@@ -17,7 +17,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = ROOT / ".dev" / "k8s" / "cluster.sh"
-CACHE = Path(os.environ.get("RECLUSTER_K8S_CACHE") or ROOT / ".cache" / "k8s")
+CACHE = Path(
+    os.environ.get("RECLUSTER_K8S_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recluster" / "k8s"
+)
+"""Where .dev/k8s/cluster.sh keeps its builds and the cluster's state (the same default)."""
 KUBECONFIG = CACHE / "state" / "admin.kubeconfig"
 NODE_IP = "10.244.0.1"
 """The node's address on the pods' bridge: pods reach the host's servers (the test's S3) here."""

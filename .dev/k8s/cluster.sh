@@ -10,7 +10,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 HERE="$REPO/.dev/k8s"
 export K8S_VERSION=v1.32.4 ETCD_VERSION=3.5.21
-export K8S_CACHE=${RECLUSTER_K8S_CACHE:-$REPO/.cache/k8s}
+# Outside the clone: every clone on this machine (CI's are fresh) reuses one build; RECLUSTER_K8S_CACHE moves it.
+export K8S_CACHE=${RECLUSTER_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/recluster/k8s}
 STATE="$K8S_CACHE/state"
 BIN="$K8S_CACHE/$K8S_VERSION/bin"
 ETCD="$K8S_CACHE/etcd-$ETCD_VERSION/bin/etcd"
