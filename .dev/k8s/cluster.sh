@@ -31,7 +31,7 @@ PAUSE_IMAGE=localhost/pause:local
 DOCKER=/usr/bin/docker  # Debian's docker.io client, the daemon's version (another client may be first on PATH)
 COMPONENTS=(kube-proxy kubelet containerd kube-scheduler kube-controller-manager kube-apiserver etcd dockerd)
 
-log() { echo "k8s: $*" >&2; }
+log() { echo "k8s: [${SECONDS}s] $*" >&2; }  # with the seconds since the command started
 fail() { echo "k8s: FAILED: $*" >&2; exit 1; }
 
 kubectl_bin() {
@@ -158,24 +158,32 @@ images() {
     fi
     docker import "$tarball" "$BASE_IMAGE" >/dev/null
   fi
-  log "building $PYTHON_IMAGE, $PAUSE_IMAGE and $IMAGE"
+  log "docker build $PYTHON_IMAGE (Debian's Python 3.11)"
   local context="$STATE/python-base"
   rm -rf "$context" && mkdir -p "$context/ca-certificates"
   cp "$HERE/python-base.Dockerfile" "$context/Dockerfile"
   find /usr/local/share/ca-certificates -name '*.crt' -exec cp {} "$context/ca-certificates/" \; 2>/dev/null || true
   docker build -q --network host --build-arg "DEBIAN=$BASE_IMAGE" -t "$PYTHON_IMAGE" "$context" \
     >"$STATE/logs/python-base.log" 2>&1 || fail "docker build of $PYTHON_IMAGE (log: $STATE/logs/python-base.log)"
+  log "docker build $PAUSE_IMAGE and $IMAGE (the work tree)"
   docker build -q -t "$PAUSE_IMAGE" -f "$HERE/pause.Dockerfile" "$K8S_CACHE/pause" >/dev/null ||
     fail "docker build of $PAUSE_IMAGE"
   docker build -q --network host --build-arg "BASE=$PYTHON_IMAGE" -t "$IMAGE" "$REPO" >"$STATE/logs/image.log" 2>&1 ||
     fail "docker build of $IMAGE (log: $STATE/logs/image.log)"
   docker image prune -f >/dev/null  # the layers of earlier builds of the same tags
+  log "images built"
 }
 
 import_images() {
-  # Images reach containerd as docker save archives; pods use imagePullPolicy Never or IfNotPresent.
+  # Images reach containerd as docker save archives; pods use imagePullPolicy Never or IfNotPresent. A minute on a
+  # loaded machine: skipped when this containerd already holds what docker built (the test's `image` after `up`).
+  local built
+  built=$(docker image inspect -f '{{.Id}}' "$PAUSE_IMAGE" "$IMAGE" | tr '\n' ' ')
+  if [ "$built" = "$(cat "$STATE/containerd/imported" 2>/dev/null)" ]; then log "images already imported"; return; fi
   docker save "$PAUSE_IMAGE" "$IMAGE" | ctr -a "$CONTAINERD_SOCKET" -n k8s.io images import - >/dev/null ||
     fail "importing $IMAGE into containerd"
+  echo "$built" >"$STATE/containerd/imported"
+  log "images imported into containerd"
 }
 
 control_plane() {
@@ -264,11 +272,14 @@ up() {
   local started=$SECONDS
   packages
   mkdir -p "$STATE/logs"
+  log "Kubernetes $K8S_VERSION and etcd $ETCD_VERSION binaries (built when $K8S_CACHE has none)"
   "$HERE/build.sh" || fail "building Kubernetes $K8S_VERSION / etcd $ETCD_VERSION"
   network
   certificates
   images
+  log "control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler"
   control_plane
+  log "node: containerd (images imported), kubelet, kube-proxy"
   node
   log "cluster ready in $((SECONDS - started))s: KUBECONFIG=$KUBECONFIG_FILE"
 }
@@ -303,8 +314,9 @@ down() {
       fi
     done
   done
+  rm -rf "$K8S_CACHE/last-logs" && mv "$STATE/logs" "$K8S_CACHE/last-logs" 2>/dev/null || true  # for a failure's
   rm -rf "$STATE"
-  log "stopped"
+  log "stopped (the cluster's logs kept in $K8S_CACHE/last-logs)"
 }
 
 status() {
