@@ -211,9 +211,9 @@ def test_recluster_on_a_real_cluster(storage: tuple[S3Server, FaultFront], tmp_p
     deploy(server, front, tmp_path / "checkpoint-volume")
     try:
         check_the_deployment(writer, front)
-    finally:  # the driver and its executors stop: the machine is shared
-        kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=300)
-        kubectl("delete", "persistentvolume", CHECKPOINT_VOLUME, "--ignore-not-found")
+    finally:  # the driver and its executors stop (the machine is shared), without waiting: deploy() waits for it
+        kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+        kubectl("delete", "persistentvolume", CHECKPOINT_VOLUME, "--ignore-not-found", "--wait=false")
 
 
 def check_the_deployment(writer: Writer, front: FaultFront) -> None:
