@@ -1,9 +1,10 @@
 """The Delta Spark referee's CPU (tests/referee): the suite's feature tables (tests/delta_spark_tables.py) written by
-a fresh referee with the tests' settings, once cold and once warm, with expression code generation off (the tests'
-`spark.sql.codegen.factoryMode=NO_CODEGEN`) against Spark's default (generate, fall back to interpreting), the two
-alternating. CPU seconds of the referee's process tree, which other load on the machine changes less than wall time.
-Run from the project root: `python -m bench.referee_cpu_bench`. Why the suite's referee runs so
-(docs/getting-started.md#test-time). Writes bench/results/referee-cpu-<date>.json.
+a fresh referee with the tests' settings, once cold and once warm, against two variants, the three alternating: with
+Spark's default expression code generation (generate, fall back to interpreting) instead of the tests'
+`spark.sql.codegen.factoryMode=NO_CODEGEN`, and without the referee's class archive (tests/referee). CPU seconds of
+the referee's process tree, which other load on the machine changes less than wall time. Run from the project root:
+`python -m bench.referee_cpu_bench`. Why the suite's referee runs so (docs/getting-started.md#test-time). Writes
+bench/results/referee-cpu-<date>.json.
 """
 
 from __future__ import annotations
@@ -29,9 +30,18 @@ def tree_cpu_seconds(pid: int) -> float:
     return sum(cpu_seconds(fields) for fields in stats if fields is not None)
 
 
-def write_every_table(work: Path, conf: dict[str, str]) -> dict[str, float]:
-    """A fresh referee writes every recipe's table twice: the CPU and wall seconds of each pass."""
-    referee = Referee(work, conf=conf)
+MODES: dict[str, tuple[dict[str, str], str | None]] = {
+    "tests": ({}, None),
+    "generated": (CODE_GENERATION, None),
+    "no-archive": ({}, ""),
+}
+"""Each variant's extra Spark settings and JVM options (None: the referee's class archive, as in the tests)."""
+
+
+def write_every_table(work: Path, conf: dict[str, str], java_options: str | None) -> dict[str, float]:
+    """A fresh referee writes every recipe's table twice: its CPU to start, and the CPU and wall seconds of each
+    pass."""
+    referee = Referee(work, conf=conf, java_options=java_options)
     try:
         pid = referee._process.pid
         measured: dict[str, float] = {"start_cpu": tree_cpu_seconds(pid)}
@@ -51,12 +61,12 @@ def main(quick: bool = False) -> dict[str, Any]:
     if missing:
         raise SystemExit(missing)
     repeats = 1 if quick else 3
-    runs: dict[str, list[dict[str, float]]] = {"interpreted": [], "generated": []}
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for attempt in range(repeats):
-        for mode, conf in (("generated", CODE_GENERATION), ("interpreted", {})):
+        for mode, (conf, java_options) in MODES.items():
             with tempfile.TemporaryDirectory(prefix="recluster-referee-cpu-") as scratch:
-                runs[mode].append(write_every_table(Path(scratch), conf))
-            log(f"attempt {attempt}, code generation {mode}: {runs[mode][-1]}")
+                runs[mode].append(write_every_table(Path(scratch), conf, java_options))
+            log(f"attempt {attempt}, {mode}: {runs[mode][-1]}")
 
     def median(mode: str, field: str) -> float:
         values = sorted(run[field] for run in runs[mode])
@@ -65,15 +75,26 @@ def main(quick: bool = False) -> dict[str, Any]:
     rows = [
         [
             f"referee CPU writing the {len(RECIPES)} feature tables, {attempt}, median s (NO_CODEGEN vs generated)",
-            median("interpreted", f"{attempt}_cpu"),
+            median("tests", f"{attempt}_cpu"),
             median("generated", f"{attempt}_cpu"),
-            median("interpreted", f"{attempt}_cpu") / median("generated", f"{attempt}_cpu"),
+            median("tests", f"{attempt}_cpu") / median("generated", f"{attempt}_cpu"),
             "",
         ]
         for attempt in ("cold", "warm")
     ]
+    started = {mode: median(mode, "start_cpu") + median(mode, "cold_cpu") for mode in ("tests", "no-archive")}
+    rows.append(
+        [
+            "referee CPU starting and writing the feature tables cold, median s (class archive vs none)",
+            started["tests"],
+            started["no-archive"],
+            started["tests"] / started["no-archive"],
+            "",
+        ]
+    )
     result = {"quick": quick, "recipes": list(RECIPES), "runs": runs, "load": os.getloadavg()}
-    return publish("referee-cpu", "the referee's CPU with and without expression code generation", quick, rows, result)
+    what = "the referee's CPU with and without expression code generation, and with and without its class archive"
+    return publish("referee-cpu", what, quick, rows, result)
 
 
 if __name__ == "__main__":

@@ -98,9 +98,13 @@ SHARED_SERVICE_FILES = {
     "tests/reliability/test_kafka_faults.py": "kafka-broker",
     "tests/test_cluster.py": "spark-cluster",
     "tests/test_cluster_demo.py": "spark-cluster",
+    "tests/test_discovery_catalog.py": "hive-metastore",
+    "tests/test_hive_metastore.py": "hive-metastore",
+    "tests/test_table_names_catalog.py": "hive-metastore",
 }
 """The files whose tests share one service between them: pytest-xdist runs each group on one worker, so the run
-starts one Kafka broker and one standalone Spark cluster at a time, not one per worker."""
+starts one Kafka broker, one standalone Spark cluster, and one Hive Metastore with its Delta Spark, at a time, not
+one per worker (or per file)."""
 
 
 def _worker_scope(nodeid: str) -> str:
@@ -125,13 +129,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
-    """A test of the Kafka broker or of a standalone cluster outside SHARED_SERVICE_FILES would start a second one
-    on another worker: refuse the run until it is listed."""
+    """A test of the Kafka broker, a standalone cluster or the metastore outside SHARED_SERVICE_FILES would start a
+    second one on another worker: refuse the run until it is listed."""
     needs = (
         "kafka-broker"
         if "broker" in fixtures
         else "spark-cluster"
         if item.get_closest_marker("spark_cluster")
+        else "hive-metastore"
+        if "metastore" in fixtures
         else None
     )
     if needs is not None and _worker_scope(item.nodeid) != needs:
@@ -203,7 +209,7 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metastore]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def catalog_referee(metastore: Metastore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
     """Delta Spark whose session catalog is the Hive Metastore: it registers the tables discovery finds."""
     _installed_service("Delta Spark referee", referee_missing())

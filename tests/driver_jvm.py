@@ -31,12 +31,24 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 TRAINING_SECONDS = 12
 
 
+def archive_key(*class_paths: Path) -> str:
+    """What a class archive depends on: the Java that dumps and maps it, and the jars its classes come from."""
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
+    jars = [f"{folder}/{name}" for folder in class_paths for name in sorted(os.listdir(folder))]
+    return hashlib.sha256("\n".join([java, *jars]).encode()).hexdigest()[:16]
+
+
+def keep_archive(dumped: Path, path: Path) -> None:
+    """Move a JVM's dumped archive into place, whole or absent: a concurrent run never maps half a file."""
+    if not dumped.exists():
+        raise RuntimeError(f"the JVM dumped no class archive at {dumped}")
+    shutil.move(dumped, path.with_suffix(".tmp"))
+    os.replace(path.with_suffix(".tmp"), path)
+
+
 def archive_path() -> Path:
     """The archive of this Java and this pyspark: both change the classes, and the JVM checks the class path."""
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr
-    jars = sorted(os.listdir(Path(pyspark.__file__).parent / "jars"))
-    key = hashlib.sha256("\n".join([java, pyspark.__version__, *jars]).encode()).hexdigest()[:16]
-    return ARCHIVES / f"driver-{key}.jsa"
+    return ARCHIVES / f"driver-{archive_key(Path(pyspark.__file__).parent / 'jars')}.jsa"
 
 
 def build_archive(path: Path) -> None:
@@ -51,10 +63,7 @@ def build_archive(path: Path) -> None:
         done = subprocess.run(command, env=environment, cwd=work, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise RuntimeError(f"recluster demo, run to dump the driver's classes, failed:\n{done.stderr[-3000:]}")
-        if not dumped.exists():
-            raise RuntimeError(f"the driver JVM dumped no class archive at {dumped}")
-        shutil.move(dumped, path.with_suffix(".tmp"))
-        os.replace(path.with_suffix(".tmp"), path)  # whole or absent: a concurrent run never maps half a file
+        keep_archive(dumped, path)
 
 
 def start_drivers_fast() -> str:
@@ -70,4 +79,4 @@ def start_drivers_fast() -> str:
     return options
 
 
-__all__ = ["QUIET", "archive_path", "build_archive", "start_drivers_fast"]
+__all__ = ["QUIET", "archive_key", "archive_path", "build_archive", "keep_archive", "start_drivers_fast"]

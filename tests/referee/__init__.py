@@ -4,10 +4,13 @@ beside this file). The product never needs it."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("RECLUSTER_VENV", ROOT / ".venv"))
 REFEREE_PYTHON = Path(os.environ.get("RECLUSTER_REFEREE_PYTHON", VENV / "referee" / "bin" / "python"))
 REFEREE_JARS = Path(os.environ.get("RECLUSTER_REFEREE_JARS", VENV / "referee" / "jars"))
+ARCHIVES = VENV / "referee" / "archive"
 
 
 class RefereeError(RuntimeError):
@@ -40,11 +44,16 @@ def referee_environment(
     driver_memory: str = "1g",
     master: str = "local[2]",
     conf: dict[str, str] | None = None,
+    java_options: str | None = None,
 ) -> dict[str, str]:
-    """The environment of a process of the referee's python that starts a session with `server.session`."""
+    """The environment of a process of the referee's python that starts a session with `server.session`: with the
+    tests' shortcuts (not `defaults`), its JVM maps the referee's class archive (`referee_java_options`)."""
     # SPARK_SUBMIT_OPTS: the tests' driver options (tests/driver_jvm.py) hold an archive of the other Spark's classes
     leave_out = ("PYSPARK_", "SPARK_HOME", "SPARK_SUBMIT_OPTS", "PYTHONPATH")
     environment = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
+    options = java_options if java_options is not None else "" if defaults else referee_java_options()
+    if options:
+        environment["SPARK_SUBMIT_OPTS"] = options
     environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")
     environment.update(REFEREE_DEFAULTS="1" if defaults else "0", REFEREE_DRIVER_MEMORY=driver_memory)
     environment.update(REFEREE_MASTER=master, REFEREE_CONF=json.dumps(conf or {}))
@@ -62,9 +71,11 @@ class Referee:
         driver_memory: str = "1g",
         master: str = "local[2]",
         conf: dict[str, str] | None = None,
+        java_options: str | None = None,
     ) -> None:
         """`defaults`: Spark's and Delta's default settings (benchmarks) instead of the tests' shortcuts; `master`
-        and `conf`: where it runs (a standalone cluster of the referee's own Spark) and extra Spark settings."""
+        and `conf`: where it runs (a standalone cluster of the referee's own Spark) and extra Spark settings;
+        `java_options`: the JVM's, instead of the class archive's."""
         self.work = work
         self._lock = threading.Lock()
         self._count = 0
@@ -75,8 +86,16 @@ class Referee:
             stdout=subprocess.PIPE,
             stderr=self._log,
             cwd=work,
-            env=referee_environment(work, defaults=defaults, driver_memory=driver_memory, master=master, conf=conf),
+            env=referee_environment(
+                work,
+                defaults=defaults,
+                driver_memory=driver_memory,
+                master=master,
+                conf=conf,
+                java_options=java_options,
+            ),
         )
+        self.pid = self._process.pid
         ready = self._answer()
         self.version = ready["ready"]
 
@@ -144,4 +163,80 @@ class Referee:
         self._log.close()
 
 
-__all__ = ["REFEREE_JARS", "REFEREE_PYTHON", "Referee", "RefereeError", "referee_environment", "referee_missing"]
+TRAINING = (
+    "CREATE TABLE {t} (a BIGINT, b STRING, ts TIMESTAMP) USING delta CLUSTER BY (a) TBLPROPERTIES ("
+    "'delta.enableDeletionVectors' = 'true', 'delta.enableChangeDataFeed' = 'true', "
+    "'delta.enableRowTracking' = 'true', 'delta.columnMapping.mode' = 'name')",
+    "INSERT INTO {t} SELECT id, string(id), timestamp_seconds(id) FROM range(0, 2000)",
+    "DELETE FROM {t} WHERE a % 7 = 3",
+    "UPDATE {t} SET b = 'u' WHERE a % 5 = 1",
+    "MERGE INTO {t} AS x USING (SELECT id AS a FROM range(0, 100)) AS s ON x.a = s.a "
+    "WHEN MATCHED THEN UPDATE SET b = 'm' WHEN NOT MATCHED THEN INSERT (a, b, ts) VALUES (s.a, 'n', NULL)",
+    "OPTIMIZE {t}",
+    "DESCRIBE HISTORY {t}",
+    "VACUUM {t} RETAIN 168 HOURS",
+)
+"""Statements whose classes the referee's archive holds: the kinds the tests run, on a table with their features."""
+
+
+def referee_archive_path() -> Path:
+    """The archive of this Java, the referee's pyspark and Delta's jars (the JVM checks its class path)."""
+    from tests.driver_jvm import archive_key
+
+    spark_jars = next(REFEREE_PYTHON.parent.parent.glob("lib/python3*/site-packages/pyspark/jars"))
+    return ARCHIVES / f"referee-{archive_key(spark_jars, REFEREE_JARS)}.jsa"
+
+
+def build_referee_archive(path: Path) -> None:
+    """Dump the classes a referee loads running TRAINING (and a read, a scan and a stream) into `path`."""
+    from tests.driver_jvm import QUIET, keep_archive
+    from tests.helpers import descendants
+
+    with tempfile.TemporaryDirectory(prefix="recluster-referee-archive-") as folder:
+        work = Path(folder)
+        dumped = work / "referee.jsa"
+        referee = Referee(work, java_options=f"-XX:ArchiveClassesAtExit={dumped} {QUIET}")
+        try:
+            table = work / "t"
+            for statement in TRAINING:
+                referee.sql(statement.format(t=f"delta.`{table}`"))
+            referee.read(table)
+            referee.scan(f"SELECT count(*) FROM delta.`{table}` WHERE a < 10")
+            referee.stream(table, work / "checkpoint", work / "sink")
+        finally:
+            jvms = descendants(referee.pid)
+            referee.stop()
+        for _ in range(600):  # the JVM writes the archive as it exits, after the python that started it
+            if not any(Path(f"/proc/{pid}").exists() for pid in jvms):
+                break
+            time.sleep(0.2)
+        for stale in path.parent.glob("referee-*.jsa"):
+            stale.unlink()
+        keep_archive(dumped, path)
+
+
+def referee_java_options() -> str:
+    """The referee JVM's options: its class archive, built on first use (about a minute, once per Java and set of
+    jars; one pytest-xdist worker builds while the others wait). A referee JVM starts about 16 times a run, and
+    mapping the classes saved 8-10 CPU s of each start and first statements (tests/driver_jvm.py does the same for
+    our drivers)."""
+    from tests.driver_jvm import QUIET
+
+    ARCHIVES.mkdir(parents=True, exist_ok=True)
+    path = referee_archive_path()
+    with open(ARCHIVES / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not path.exists():
+            build_referee_archive(path)
+    return f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+__all__ = [
+    "REFEREE_JARS",
+    "REFEREE_PYTHON",
+    "Referee",
+    "RefereeError",
+    "referee_environment",
+    "referee_java_options",
+    "referee_missing",
+]
