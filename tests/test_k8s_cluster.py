@@ -223,13 +223,15 @@ def check_the_deployment(writer: Writer, front: FaultFront) -> None:
     answers: list[int] = []
 
     def ready_driver() -> dict[str, Any] | None:
+        # The Service's addresses read before the pod: a pod not ready now was not ready then either (read the other
+        # way round, a pod that became ready in between looked routed while not ready).
+        endpoints = kubectl_json("-n", NAMESPACE, "get", "endpoints", "recluster-http")
+        routed = [a for subset in endpoints.get("subsets", []) for a in subset.get("addresses", [])]
         for pod in pods(DRIVER):
             if is_ready(pod):
                 return pod
             ip = pod.get("status", {}).get("podIP")
             if ip:
-                endpoints = kubectl_json("-n", NAMESPACE, "get", "endpoints", "recluster-http")
-                routed = [a for subset in endpoints.get("subsets", []) for a in subset.get("addresses", [])]
                 assert not routed, f"the status Service routes to a driver that is not ready: {routed}"
                 code, _ = http_get(f"http://{ip}:8080/readyz", timeout=5)
                 answers.append(code)
