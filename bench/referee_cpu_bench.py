@@ -82,16 +82,16 @@ def main(quick: bool = False) -> dict[str, Any]:
         ]
         for attempt in ("cold", "warm")
     ]
-    started = {mode: median(mode, "start_cpu") + median(mode, "cold_cpu") for mode in ("tests", "no-archive")}
-    rows.append(
+    rows += [
         [
-            "referee CPU starting and writing the feature tables cold, median s (class archive vs none)",
-            started["tests"],
-            started["no-archive"],
-            started["tests"] / started["no-archive"],
+            f"referee CPU {what}, median s (class archive vs none)",
+            median("tests", field),
+            median("no-archive", field),
+            median("tests", field) / median("no-archive", field),
             "",
         ]
-    )
+        for what, field in (("to start", "start_cpu"), ("writing the feature tables cold", "cold_cpu"))
+    ]
     result = {"quick": quick, "recipes": list(RECIPES), "runs": runs, "load": os.getloadavg()}
     what = "the referee's CPU with and without expression code generation, and with and without its class archive"
     return publish("referee-cpu", what, quick, rows, result)
