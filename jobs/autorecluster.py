@@ -40,6 +40,14 @@ START_PAUSE_SECONDS = 5.0
 """The pause before the n-th new start is n times this: a load spike has time to pass."""
 WORKER_CONNECT_FAILED = "Python worker failed to connect back"
 """Spark's error when a Python source's worker did not connect back in time (`PythonWorkerFactory`)."""
+INITIALIZING = frozenset({"Initializing StreamExecution", "Initializing sources"})
+"""A query's status messages before its sources are up: the first until its thread runs, the second while the
+sources start (Spark's StreamExecution). `start()` can return before the thread moved to the second."""
+
+
+def initializing(query: Any) -> bool:
+    """Whether the query is still starting its sources (docs/streaming.md#starting)."""
+    return bool(query.isActive and query.status.get("message") in INITIALIZING)
 
 
 def check_checkpoint_location(location: str) -> None:
@@ -166,7 +174,7 @@ def started_query(start: Callable[[], Any]) -> Any:
     attempt, query = 1, start()
     deadline = time.monotonic() + SOURCES_UP_SECONDS
     while True:
-        while query.isActive and query.status.get("message") == "Initializing sources":
+        while initializing(query):
             if time.monotonic() > deadline:
                 return query
             time.sleep(0.2)
@@ -194,7 +202,7 @@ def discover(handler: ReclusterHandler, discovery: JobDiscovery, query: Any) -> 
     of classes) delayed the source's Python worker past Spark's connect-back timeout on a busy machine."""
     deadline = time.monotonic() + SOURCES_UP_SECONDS
     while not handler.stopping.is_set() and time.monotonic() < deadline:
-        if query.status.get("message") != "Initializing sources":
+        if not initializing(query):
             break
         handler.stopping.wait(0.5)
     while not handler.stopping.is_set():
