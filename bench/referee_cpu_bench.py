@@ -43,7 +43,7 @@ def write_every_table(work: Path, conf: dict[str, str], java_options: str | None
     pass."""
     referee = Referee(work, conf=conf, java_options=java_options)
     try:
-        pid = referee._process.pid
+        pid = referee.pid
         measured: dict[str, float] = {"start_cpu": tree_cpu_seconds(pid)}
         for attempt in ("cold", "warm"):
             cpu, wall = tree_cpu_seconds(pid), time.perf_counter()

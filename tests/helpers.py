@@ -504,10 +504,11 @@ def kill_tree(process: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     process.wait(timeout=30)
-    wait_for(lambda: not any(_running(pid) for pid in pids[1:]), "the killed processes to be gone", timeout=30)
+    wait_for(lambda: not any(map(running, pids[1:])), "the killed processes to be gone", timeout=30)
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:

@@ -5,12 +5,12 @@ beside this file). The product never needs it."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +179,10 @@ TRAINING = (
 """Statements whose classes the referee's archive holds: the kinds the tests run, on a table with their features."""
 
 
+@functools.cache
 def referee_archive_path() -> Path:
-    """The archive of this Java, the referee's pyspark and Delta's jars (the JVM checks its class path)."""
+    """The archive of this Java, the referee's pyspark and Delta's jars (the JVM checks its class path); worked out
+    once a process (the key runs `java -version`, itself a JVM start)."""
     from tests.driver_jvm import archive_key
 
     spark_jars = next(REFEREE_PYTHON.parent.parent.glob("lib/python3*/site-packages/pyspark/jars"))
@@ -190,7 +192,7 @@ def referee_archive_path() -> Path:
 def build_referee_archive(path: Path) -> None:
     """Dump the classes a referee loads running TRAINING (and a read, a scan and a stream) into `path`."""
     from tests.driver_jvm import QUIET, keep_archive
-    from tests.helpers import descendants
+    from tests.helpers import descendants, running, wait_for
 
     with tempfile.TemporaryDirectory(prefix="recluster-referee-archive-") as folder:
         work = Path(folder)
@@ -206,10 +208,8 @@ def build_referee_archive(path: Path) -> None:
         finally:
             jvms = descendants(referee.pid)
             referee.stop()
-        for _ in range(600):  # the JVM writes the archive as it exits, after the python that started it
-            if not any(Path(f"/proc/{pid}").exists() for pid in jvms):
-                break
-            time.sleep(0.2)
+        # the JVM writes the archive as it exits, after the python that started it
+        wait_for(lambda: not any(map(running, jvms)), "the referee's JVM to write its class archive", timeout=120)
         for stale in path.parent.glob("referee-*.jsa"):
             stale.unlink()
         keep_archive(dumped, path)
@@ -217,9 +217,9 @@ def build_referee_archive(path: Path) -> None:
 
 def referee_java_options() -> str:
     """The referee JVM's options: its class archive, built on first use (about a minute, once per Java and set of
-    jars; one pytest-xdist worker builds while the others wait). A referee JVM starts about 16 times a run, and
-    mapping the classes saved 8-10 CPU s of each start and first statements (tests/driver_jvm.py does the same for
-    our drivers)."""
+    jars; one pytest-xdist worker builds while the others wait). A referee JVM starts about 16 times a run; its
+    start took 0.68x the CPU with the archive, a saving the whole suite's figures have not shown yet
+    (docs/getting-started.md#test-time; tests/driver_jvm.py does the same for our drivers)."""
     from tests.driver_jvm import QUIET
 
     ARCHIVES.mkdir(parents=True, exist_ok=True)
