@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.blocks import parse_data_file_name
@@ -36,7 +37,7 @@ from recluster.settings_job import StreamSettings
 from recluster.settings_optimizing import MaintenanceSettings
 from tests.helpers import append_clustered, random_batches, row_multiset, run_cli, run_rounds
 from tests.s3_server import REGION, S3Server, s3_environment
-from triggers.delta_log import newest_version
+from triggers.delta_log import GAP_PROBE_SECONDS, DeltaLogStreamReader, newest_version
 
 SECRET_MARKER = "never-print-me"
 
@@ -291,6 +292,57 @@ def test_commits_refused_without_conditional_put_unless_single_writer(s3, spark)
     refused = run_cli("sql", f"ALTER TABLE delta.`{uri}` CLUSTER BY (s)", env=environment)
     assert refused.returncode == 1
     assert refused.stderr.startswith("recluster: error: refusing to commit") and refused.stderr.count("\n") == 1
+
+
+def test_the_source_reads_last_checkpoint_of_an_idle_table_once_a_minute(s3):
+    """The source's idle poll is one HEAD a table; `_last_checkpoint` is read at the first poll and then once per
+    GAP_PROBE_SECONDS, when a log cleaned past the offset is still found (docs/streaming.md#polling)."""
+    uri = s3.table_uri("idle-probe")
+    options = s3.options()
+    append_clustered(uri, pa.table({"k": pa.array([1, 2], pa.int64())}), options)
+    version = DeltaTable(uri, storage_options=options).version()
+    reader = DeltaLogStreamReader({"tables": json.dumps([uri]), "storageOptions": json.dumps(options)})
+    start = {"tables": {uri: version}}
+    prefix = uri.split(f"s3://{s3.bucket}/", 1)[1]
+
+    def polled(times: int) -> list[str]:
+        before = len(s3.requests())
+        for _ in range(times):
+            assert reader.latestOffset(start, ReadAllAvailable()) == start
+        return [line.split(" HTTP/")[0].split("?")[0] for line in s3.requests()[before:] if prefix in line]
+
+    def checkpoint_reads(lines: list[str]) -> int:
+        return sum(line.endswith("/_last_checkpoint") for line in lines)
+
+    first = polled(5)  # no checkpoint yet: its read is one HEAD, answered 404
+    assert checkpoint_reads(first) == 1, first
+    assert first.count(f"HEAD /{s3.bucket}/{prefix}/_delta_log/{version + 1:020d}.json") == 5, first
+    assert len(first) == 6 and checkpoint_reads(polled(3)) == 0
+    reader.gap_probed[uri] -= GAP_PROBE_SECONDS  # a minute later
+    assert checkpoint_reads(polled(1)) == 1
+
+    DeltaTable(uri, storage_options=options).create_checkpoint()  # the log cleaned past the offset: found then
+    for value in range(2):
+        write_deltalake(uri, pa.table({"k": pa.array([value], pa.int64())}), mode="append", storage_options=options)
+    DeltaTable(uri, storage_options=options).create_checkpoint()
+    s3.client().delete_object(Bucket=s3.bucket, Key=f"{prefix}/_delta_log/{version + 1:020d}.json")
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # looked less than a minute ago
+    reader.gap_probed[uri] -= GAP_PROBE_SECONDS
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"tables": {uri: version + 2}}
+
+
+def test_the_source_probes_tables_together_and_gives_the_budget_in_their_order(s3):
+    """Tables are probed concurrently, and a batch's commit budget still goes to them in the order they are listed,
+    as it did when they were probed one by one."""
+    options = s3.options()
+    uris = [s3.table_uri(f"budget-{n}") for n in range(4)]
+    for uri in uris:
+        for value in range(3):
+            write_deltalake(uri, pa.table({"k": pa.array([value], pa.int64())}), mode="append", storage_options=options)
+    reader = DeltaLogStreamReader({"tables": json.dumps(uris), "storageOptions": json.dumps(options)})
+    start = {"tables": dict.fromkeys(uris, 0)}
+    assert reader.latestOffset(start, ReadMaxRows(5))["tables"] == dict(zip(uris, [2, 2, 1, 0], strict=True))
+    assert reader.latestOffset(start, ReadAllAvailable())["tables"] == dict.fromkeys(uris, 2)
 
 
 def test_wrong_credentials_and_missing_bucket_are_one_line_errors(s3):

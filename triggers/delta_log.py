@@ -3,9 +3,11 @@
 Offsets are {"tables": {table_uri: last_version_read}} and live in the Spark checkpoint. New versions are
 found by probing the next `_delta_log/<version>.json` names from the last seen version, never by listing,
 so an object-store log is polled as cheaply as a local one: one HEAD per new commit, and an idle poll costs
-one HEAD plus one GET of `_last_checkpoint`. A table that does not exist yet is watched from version -1; a
-log cleaned up past the offset (only possible behind a checkpoint newer than the offset) yields one LOG_GAP
-row so the job reloads that table's state from its latest snapshot, with a warning.
+one HEAD, plus one GET of `_last_checkpoint` at most every `GAP_PROBE_SECONDS` per table. The tables are probed
+`PROBE_THREADS` at a time: a poll of thousands of tables waits on the store's latency, not on its CPU. A table
+that does not exist yet is watched from version -1; a log cleaned up past the offset (only possible behind a
+checkpoint newer than the offset) yields one LOG_GAP row so the job reloads that table's state from its latest
+snapshot, with a warning. See docs/streaming.md#polling.
 
 A transient storage error (a 5xx answer, a reset connection, a timeout: `storage_fault`) never stops the query,
 the way the Kafka source waits out a broker outage: while probing for new versions, that table simply has no new
@@ -30,12 +32,13 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from recluster.delta.log import SCHEMA, CommitEntry, read_commits
@@ -50,6 +53,10 @@ RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
 RETRY_DEADLINE_SECONDS = 300.0
 """A read retried in place (a commit file on an executor, the version at the start) gives up after this long."""
+GAP_PROBE_SECONDS = 60.0
+"""How often an idle table's `_last_checkpoint` is read to find a log cleaned past the offset. A gap needs the next
+commit deleted before it was read, so it is rare; reading that file at every poll doubled an idle table's requests."""
+PROBE_THREADS = 16
 T = TypeVar("T")
 
 
@@ -79,16 +86,19 @@ def with_storage_retries(table: str, what: str, call: Callable[[], T]) -> T:
         delay = min(2 * delay, RETRY_MAX_SECONDS)
 
 
-def newest_version(table_uri: str, after: int, limit: int, options: Mapping[str, str]) -> int:
+def newest_version(
+    table_uri: str, after: int, limit: int, options: Mapping[str, str], *, look_for_gap: bool = True
+) -> int:
     """The newest version in (after, after+limit] whose predecessors are all there, by probing names.
 
     When the next commit file is missing but the log has moved on (cleaned up behind a checkpoint newer than
-    `after`), returns the table's current version so the reader emits a LOG_GAP row for the lost range.
+    `after`), returns the table's current version so the reader emits a LOG_GAP row for the lost range; with
+    `look_for_gap` false that check (a GET of `_last_checkpoint`) is skipped and `after` returned.
     """
     version = after
     while version - after < limit and commit_file_exists(table_uri, version + 1, options):
         version += 1
-    if version == after:
+    if version == after and look_for_gap:
         checkpoint = last_checkpoint_version(table_uri, options)
         current = table_version(table_uri, options) if checkpoint is not None and checkpoint > after else None
         if current is not None and current > after + 1:
@@ -151,6 +161,8 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         self.found_starts: dict[str, int] = {}
         self.backoff = FailureBook(RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS)
         """Tables whose log the store failed to answer for, each probed again once its backoff has passed."""
+        self.gap_probed: dict[str, float] = {}
+        """Per table, when its probe last looked for a gap (`time.monotonic()`): none yet means at the next poll."""
 
     def initialOffset(self) -> dict[str, Any]:
         versions = {}
@@ -190,35 +202,47 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         self.tables = [*self.listed, *(t for t in found["tables"] if t not in self.listed)]
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        budget = 1 << 62 if isinstance(limit, ReadAllAvailable) else int(getattr(limit, "maxRows", self.max_commits))
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else 1 << 62  # maxCommitsPerBatch by default
         self._read_tables_file()
         versions = {table: version for table, version in start["tables"].items() if table in self.tables}
         for table in self.tables:  # tables added after the checkpoint start from their start, found ones after
             versions.setdefault(table, self.found_starts.get(table, -1))  # the version the job loaded them at
-        for table in self.tables:
-            if budget <= 0:
-                break
-            if self.backoff.waiting(table, time.time()):
+        now, most = time.monotonic(), budget
+        probed = [table for table in self.tables if not self.backoff.waiting(table, time.time())]
+        with ThreadPoolExecutor(min(PROBE_THREADS, max(1, len(probed)))) as pool:
+            outcomes = list(pool.map(lambda table: self._probe(table, versions[table], most, now), probed))
+        for table, newest in zip(probed, outcomes, strict=True):  # the budget goes to the tables in their order
+            if newest is None:
                 continue
-            try:
-                newest = newest_version(table, versions[table], budget, self.storage_options[table])
-            except Exception as error:  # no new commits from this table until its backoff has passed
-                if not transient(error):
-                    raise
-                failure = self.backoff.failed(table, error, time.time())
-                log.warning(
-                    "delta-log source: table=%s reason=storage_error attempts=%d retry_in=%.1fs error=%s",
-                    table,
-                    failure.attempts,
-                    failure.retry_at - time.time(),
-                    describe_storage_error(error),
-                )
-                continue
-            if self.backoff.recovered(table) is not None:
-                log.info("delta-log source: table=%s reason=storage_recovered", table)
+            newest = min(newest, versions[table] + max(0, budget))
             budget -= newest - versions[table]
             versions[table] = newest
         return {"tables": versions}
+
+    def _probe(self, table: str, after: int, limit: int, now: float) -> int | None:
+        """The table's newest version after `after` (looking for a gap when `GAP_PROBE_SECONDS` have passed since
+        it last did), or None while the store fails to answer for it: backed off, the query goes on."""
+        last_looked = self.gap_probed.get(table)
+        look_for_gap = last_looked is None or now - last_looked >= GAP_PROBE_SECONDS
+        try:
+            newest = newest_version(table, after, limit, self.storage_options[table], look_for_gap=look_for_gap)
+        except Exception as error:
+            if not transient(error):
+                raise
+            failure = self.backoff.failed(table, error, time.time())
+            log.warning(
+                "delta-log source: table=%s reason=storage_error attempts=%d retry_in=%.1fs error=%s",
+                table,
+                failure.attempts,
+                failure.retry_at - time.time(),
+                describe_storage_error(error),
+            )
+            return None
+        if look_for_gap:
+            self.gap_probed[table] = now
+        if self.backoff.recovered(table) is not None:
+            log.info("delta-log source: table=%s reason=storage_recovered", table)
+        return newest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return [
