@@ -105,7 +105,7 @@ def table_view(
     )
     processes: tuple[ProcessRecord, ...] = ()
     if history is not None:
-        ended = [r for r in history.records() if r.table == snapshot.uri and r.end is not None]
+        ended = [r for r in history.records_of(snapshot.uri) if r.end is not None]
         processes = tuple(sorted(ended, key=lambda r: r.start))
     return TableView(
         uri=snapshot.uri,

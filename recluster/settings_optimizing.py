@@ -28,6 +28,10 @@ class MaintenanceSettings(Section):
 
     interval_seconds: float = Field(24 * 3600.0, ge=0)
     """How often the job maintains each table; 0 turns scheduled maintenance off."""
+    first_within_seconds: float = Field(3600.0, ge=0)
+    """A table with no maintenance in the history is first maintained within this long of the job taking it up, at
+    a point fixed by its URI: a job that takes up thousands of tables does not maintain them all at once. 0: at
+    once."""
     retention_hours: float = Field(168.0, ge=0)
     """Vacuum retention; never below the table's `delta.deletedFileRetentionDuration` (the larger wins)."""
     orphan_safety_age_seconds: float = Field(24 * 3600.0, ge=0)

@@ -225,16 +225,23 @@ def job_settings(checkpoint: Path, tables: Sequence[str | Path], policy: Policy 
     )
 
 
+def maintained_at_once(settings: Settings) -> Settings:
+    """`settings` with a table's first maintenance at the job's first tick, not spread over an hour."""
+    maintenance = settings.self_optimizing.maintenance.model_copy(update={"first_within_seconds": 0})
+    optimizing = settings.self_optimizing.model_copy(update={"maintenance": maintenance})
+    return settings.model_copy(update={"self_optimizing": optimizing})
+
+
 def handler_with_tables(tmp_path: Path, count: int, appends: int = 1) -> ReclusterHandler:
     """The job's handler (no Spark) tracking `count` tables of `appends` timelike appends of 10 rows each, driven
-    directly by the tests of the job's scheduled maintenance."""
+    directly by the tests of the job's scheduled maintenance: a table is first maintained at the first tick."""
     from recluster.engine.handler import ReclusterHandler
 
     paths = [tmp_path / f"t{index}" for index in range(count)]
     for path in paths:
         for batch in range(appends):
             timelike_append(path, batch, rows=10)
-    settings = job_settings(tmp_path / "checkpoint", paths)
+    settings = maintained_at_once(job_settings(tmp_path / "checkpoint", paths))
     handler = ReclusterHandler(settings, settings.tables, spark=None)
     for path in paths:
         handler.tracked[str(path)] = handler.tables.track(str(path), None)

@@ -70,13 +70,37 @@ def test_a_root_on_the_s3_emulator(s3: S3Server) -> None:
     assert full_sweep(scanner, 1) == [(True, ["a", "x/b", "x/y/c"])]
 
 
+def test_a_sweep_reads_a_tables_log_again_only_after_a_new_commit(s3: S3Server) -> None:
+    """The second sweep of unchanged tables costs one HEAD a table (the next commit file), no log replay; a property
+    set since (a new commit) is seen at the next sweep."""
+    root = s3.table_uri("warehouse")
+    make_tables(root, s3.options())
+    scanner = RootScanner(
+        StorageRoot(uri=root + "/", max_depth=3, storage_options=s3.options(), where={"recluster.policy": "levels"}),
+        Settings(),
+    )
+    assert full_sweep(scanner, 1) == [(True, ["a"])]
+    prefix = root.removeprefix(f"s3://{s3.bucket}/")
+    before = len(s3.requests())
+    assert full_sweep(scanner, 1) == [(True, ["a"])]
+    log_reads = [
+        line.split(" HTTP/")[0] for line in s3.requests()[before:] if f"{prefix}/" in line and "_delta_log/" in line
+    ]
+    assert sorted(log_reads) == sorted(
+        f"HEAD /{s3.bucket}/{prefix}/{name}/_delta_log/{version:020d}.json"
+        for name, version in (("a", 2), ("x/b", 1), ("x/y/c", 1))
+    ), log_reads
+    set_table_properties(f"{root}/x/b", {"recluster.policy": "levels"}, s3.options())
+    assert full_sweep(scanner, 1) == [(True, ["a", "x/b"])]
+
+
 def test_an_unreadable_table_is_one_line_and_the_roots_other_tables_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     make_tables(str(tmp_path))
     scanner = RootScanner(StorageRoot(uri=str(tmp_path), max_depth=3), Settings())
     assert full_sweep(scanner, 1) == [(True, ["a", "x/b", "x/y/c"])]
-    (tmp_path / "x/b/_delta_log/00000000000000000000.json").write_text("{not json\n")  # found before: kept
+    (tmp_path / "x/b/_delta_log/00000000000000000001.json").write_text("{not json\n")  # found before: kept
     (tmp_path / "d/_delta_log").mkdir(parents=True)  # new and unreadable (no commit): waits for the next sweep
     (tmp_path / "d/_delta_log/00000000000000000000.json").write_text("{not json\n")
     with caplog.at_level(logging.ERROR, logger="recluster.discovery"):

@@ -17,7 +17,7 @@ import recluster.engine.job_schedule as job_schedule
 from recluster.core.optimizing import PartitionHealth, TableHealth, optimizing_config, pending_optimizing, quiet_until
 from recluster.core.scheduling import ProcessStatus, ProcessType, TableHistory
 from recluster.delta.maintenance import maintain_table
-from recluster.engine.job_maintenance import MAINTENANCE_JITTER, maintenance_jitter
+from recluster.engine.job_maintenance import MAINTENANCE_JITTER, maintenance_jitter, uri_share
 from recluster.settings_optimizing import SelfOptimizingSettings
 from tests.helpers import handler_with_tables
 
@@ -76,6 +76,37 @@ def test_a_pass_stops_at_its_budget_and_the_next_ticks_maintain_the_rest(
     assert handler.history is not None
     succeeded = [r.table for r in handler.history.records() if r.status is ProcessStatus.SUCCESS]
     assert sorted(succeeded) == sorted(handler.tracked)
+
+
+def test_tables_never_maintained_are_first_maintained_spread_over_the_first_hour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job taking up many tables with no maintenance on record does not maintain them all at once: each at its
+    own point (from its URI) within `first_within_seconds` of its take-up, then every interval."""
+    at_once = handler_with_tables(tmp_path, 12)
+    maintenance = at_once.settings.self_optimizing.maintenance.model_copy(update={"first_within_seconds": 3600.0})
+    settings = at_once.settings.model_copy(
+        update={"self_optimizing": at_once.settings.self_optimizing.model_copy(update={"maintenance": maintenance})}
+    )
+    handler = handler_module.ReclusterHandler(settings, settings.tables, spark=None)
+    handler.tracked.update(at_once.tracked)
+    maintained: list[str] = []
+
+    def counted(uri: str, *args: Any, **kwargs: Any) -> Any:
+        if uri in handler.tracked:
+            maintained.append(uri)
+        return maintain_table(uri, *args, **kwargs)
+
+    monkeypatch.setattr(job_maintenance, "maintain_table", counted)
+    start = job_maintenance.time.time()
+    seen: list[list[str]] = []
+    for offset in (0.0, 1800.0, 3600.0, 7200.0):
+        monkeypatch.setattr(job_maintenance.time, "time", lambda offset=offset: start + offset)
+        handler.maintenance.run_due(handler.tracked)
+        seen.append(sorted(maintained))
+    due = {offset: sorted(u for u in handler.tracked if uri_share(u) * 3600.0 <= offset) for offset in (1800, 3600)}
+    assert seen == [[], due[1800], due[3600], due[3600]]  # each once, the last ones an hour after the take-up
+    assert 0 < len(due[1800]) < len(handler.tracked) == len(due[3600])
 
 
 def test_jitter_is_stable_per_table_and_spreads_tables_over_its_range() -> None:

@@ -361,6 +361,25 @@ def test_history_pruning_keeps_what_summaries_need():
         assert table_history(kept, table, now=now, window_seconds=3600, stale_seconds=3600) == full
 
 
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(list(ProcessType)), st.booleans()), max_size=30
+    )
+)
+def test_a_tables_history_rows_are_the_stores_rows_of_that_table(tmp_path: Path, steps) -> None:
+    """`records_of` (the per-table index a job reads once per table per pass) against the filtered rows, as rows
+    are appended and pruned."""
+    from recluster.delta.history import HistoryStore
+
+    store = HistoryStore(str(tmp_path / "history"), window_seconds=50.0, deferred=True)
+    for index, (table, kind, ended) in enumerate(steps):
+        record = ProcessRecord(f"p{index}", table, kind, "g", float(index * 10))
+        store.append(record.finished(index * 10.0 + 5, ProcessStatus.SUCCESS) if ended else record)
+        for name in ("a", "b", "c", "none"):
+            assert store.records_of(name) == [r for r in store.records() if r.table == name]
+
+
 def test_deleted_row_pressure_counts_rows_hidden_by_deletion_vectors():
     blocks = [
         block("clean", 20 * MB),

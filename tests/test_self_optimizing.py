@@ -21,6 +21,7 @@ from recluster.settings_optimizing import MaintenanceSettings, SelfOptimizingSet
 from tests.helpers import (
     job_settings,
     main_json,
+    maintained_at_once,
     recluster_commits,
     row_multiset,
     run_main,
@@ -42,7 +43,7 @@ def test_job_compacts_small_appends_and_leaves_disabled_tables_alone(tmp_path, s
     disabled = {**SMALL, "self-optimizing.enabled": "false", "recluster.enabled": "false"}
     appended: dict[Path, list[pa.Table]] = {small: [timelike_append(small, 0, properties=SMALL)], off: []}
     appended[off].append(timelike_append(off, 0, properties=disabled))
-    settings = job_settings(tmp_path / "checkpoint", [small, off])
+    settings = maintained_at_once(job_settings(tmp_path / "checkpoint", [small, off]))
     most_files = 0
     with running_job(spark, settings) as (query, handler):
         for batch in range(1, 13):

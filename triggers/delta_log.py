@@ -57,6 +57,9 @@ GAP_PROBE_SECONDS = 60.0
 """How often an idle table's `_last_checkpoint` is read to find a log cleaned past the offset. A gap needs the next
 commit deleted before it was read, so it is rare; reading that file at every poll doubled an idle table's requests."""
 PROBE_THREADS = 16
+COMMITS_PER_PARTITION = 64
+"""A batch's commits are read in tasks of about this many, several tables to a task: a batch touching hundreds of
+tables with a commit each is a few Spark tasks, not hundreds (each task has a fixed cost far above one small GET)."""
 T = TypeVar("T")
 
 
@@ -126,6 +129,28 @@ class CommitRange(InputPartition):
     first: int
     last: int
     options: tuple[tuple[str, str], ...] = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRanges(InputPartition):
+    """The ranges one task reads, in order (tables apart from each other: the batch sorts its commits)."""
+
+    ranges: tuple[CommitRange, ...]
+
+
+def commit_partitions(ranges: Sequence[CommitRange], commits_per_partition: int) -> list[CommitRanges]:
+    """`ranges` packed in order into partitions of about `commits_per_partition` commits each: a range is never
+    split, so a table with a long backlog is a partition of its own."""
+    partitions: list[CommitRanges] = []
+    current: list[CommitRange] = []
+    for part in ranges:
+        current.append(part)
+        if sum(r.last - r.first + 1 for r in current) >= commits_per_partition:
+            partitions.append(CommitRanges(tuple(current)))
+            current = []
+    if current:
+        partitions.append(CommitRanges(tuple(current)))
+    return partitions
 
 
 def commit_rows(part: CommitRange) -> Iterator[tuple[Any, ...]]:
@@ -245,7 +270,7 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         return newest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return [
+        ranges = [
             CommitRange(
                 table,
                 start["tables"].get(table, -1) + 1,
@@ -255,10 +280,12 @@ class DeltaLogStreamReader(DataSourceStreamReader):
             for table, last in sorted(end["tables"].items())
             if last > start["tables"].get(table, -1)
         ]
+        return commit_partitions(ranges, COMMITS_PER_PARTITION)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, CommitRange)
-        return commit_rows(partition)
+        assert isinstance(partition, CommitRanges)
+        for part in partition.ranges:
+            yield from commit_rows(part)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to acknowledge: the log is the source of truth and offsets live in the checkpoint."""

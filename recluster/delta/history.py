@@ -162,6 +162,8 @@ class HistoryStore:
     deferred: bool = False
     _records: list[ProcessRecord] | None = field(default=None, repr=False)
     _unwritten: list[ProcessRecord] = field(default_factory=list, repr=False)
+    _by_table: dict[str, list[ProcessRecord]] = field(default_factory=dict, repr=False)
+    """The kept rows by table: a job asks for one table's rows per table per pass, over thousands of tables."""
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     """Micro-batches and the maintenance pass append from different threads."""
 
@@ -169,8 +171,21 @@ class HistoryStore:
         with self._lock:
             if self._records is None:
                 rows = read_rows(self.location, self.storage_options)
-                self._records = [] if rows is None else records_from_arrow(rows)
+                self._keep([] if rows is None else records_from_arrow(rows))
+            assert self._records is not None
             return list(self._records)
+
+    def records_of(self, table: str) -> list[ProcessRecord]:
+        """The kept rows of one table (what `records()` holds for it), without going through every table's."""
+        with self._lock:
+            self.records()
+            return list(self._by_table.get(table, ()))
+
+    def _keep(self, records: list[ProcessRecord]) -> None:
+        self._records = records
+        self._by_table = {}
+        for record in records:
+            self._by_table.setdefault(record.table, []).append(record)
 
     def append(self, *records: ProcessRecord) -> None:
         with self._lock:
@@ -179,9 +194,7 @@ class HistoryStore:
             else:
                 append_rows(self.location, records_to_arrow(records), self.storage_options)
             kept = self.records() + list(records)
-            self._records = prune(
-                kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS
-            )
+            self._keep(prune(kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS))
 
     def flush(self) -> int:
         """Write the deferred rows in one commit (outside the lock: appends go on meanwhile); returns how many.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 from recluster.core.discovery import Level, PropertyLayer, effective_properties, matches, name_pattern
 from recluster.core.errors import TableError, first_line
 from recluster.core.table_names import quoted
-from recluster.delta.storage import LOG_DIR, normalize_uri, table_filesystem
+from recluster.delta.storage import LOG_DIR, commit_file_exists, normalize_uri, table_filesystem
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings, TableSettings
 from recluster.settings_discovery import CatalogSource, StorageRoot
 
@@ -51,19 +51,42 @@ class SourceScan:
     error: str | None = None
 
 
-def own_properties(uri: str, options: Mapping[str, str]) -> dict[str, str]:
-    """A table's own properties, from its Delta log."""
-    from deltalake import DeltaTable
+class OwnProperties:
+    """Tables' own properties, each read from its log once and again only after the table has a new commit: a pass
+    over a source it has seen before costs one HEAD per table (the next commit file), not a replay of every log.
+    Thread-safe for distinct tables (discovery reads `discovery.threads` at once)."""
 
-    return dict(DeltaTable(uri, storage_options=dict(options)).metadata().configuration)
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[int, dict[str, str]]] = {}
+        """Per table: the version its properties were read at, and the properties."""
+
+    def get(self, uri: str, options: Mapping[str, str]) -> dict[str, str]:
+        from deltalake import DeltaTable
+
+        known = self.known.get(uri)
+        if known is not None and not commit_file_exists(uri, known[0] + 1, options):
+            return known[1]
+        table = DeltaTable(uri, storage_options=dict(options))
+        properties = dict(table.metadata().configuration)
+        self.known[uri] = (table.version(), properties)
+        return properties
+
+    def keep_only(self, uris: Collection[str]) -> None:
+        """Forget the tables a finished pass no longer found."""
+        for uri in set(self.known) - set(uris):
+            del self.known[uri]
 
 
 def found_table(
-    uri: str, source: str, layers: tuple[PropertyLayer, ...], where: Mapping[str, str], options: Mapping[str, str]
+    uri: str,
+    source: str,
+    layers: tuple[PropertyLayer, ...],
+    where: Mapping[str, str],
+    options: Mapping[str, str],
+    own: Mapping[str, str],
 ) -> FoundTable | None:
-    """The table as the job takes it up, or None when its effective properties fail the source's filter. A key or
-    curve it inherits is handed on as its settings, which its own property would override anyway."""
-    own = own_properties(uri, options)
+    """The table as the job takes it up, or None when its effective properties (over its `own`) fail the source's
+    filter. A key or curve it inherits is handed on as its settings, which its own property would override anyway."""
     effective = effective_properties(layers, own)
     if not matches({key: p.value for key, p in effective.items()}, where):
         return None
@@ -89,6 +112,9 @@ class RootScanner:
         self.pending: deque[tuple[str, int]] = deque()
         self.sweep: dict[str, FoundTable] = {}
         self.last_sweep: tuple[FoundTable, ...] = ()
+        self.properties = OwnProperties()
+        self.swept: set[str] = set()
+        """The tables the current sweep found so far, filtered out or not."""
 
     def scan(self) -> SourceScan:
         """One pass: continue the current sweep within the listing budget (tables found are taken up at once); the
@@ -96,7 +122,7 @@ class RootScanner:
         filesystem = table_filesystem(self.uri, self.options)
         if not self.pending:
             self.pending.append(("", 0))
-            self.sweep = {}
+            self.sweep, self.swept = {}, set()
         listings, tables = 0, []
         while self.pending and listings < self.root.max_listings:
             folder, depth = self.pending.popleft()
@@ -109,6 +135,7 @@ class RootScanner:
             folders = [c for c in children if c.type == pafs.FileType.Directory]
             if any(c.base_name == LOG_DIR for c in folders) and folder:
                 tables.append(f"{self.uri}/{folder}")
+                self.swept.add(tables[-1])
                 continue
             if depth < self.root.max_depth:
                 for child in folders:
@@ -117,6 +144,7 @@ class RootScanner:
         self._open(tables)
         if not self.pending:
             self.last_sweep = tuple(self.sweep.values())
+            self.properties.keep_only(self.swept)
             return SourceScan(self.uri, self.last_sweep, complete=True)
         return SourceScan(self.uri, (*self.last_sweep, *self.sweep.values()), complete=False)
 
@@ -128,7 +156,8 @@ class RootScanner:
 
         def opened(uri: str) -> FoundTable | None:
             try:
-                return found_table(uri, self.uri, self.layers, self.root.where, self.options)
+                own = self.properties.get(uri, self.options)
+                return found_table(uri, self.uri, self.layers, self.root.where, self.options, own)
             except Exception as error:
                 log.error("recluster table=%s reason=unreadable_table error=%s", uri, first_line(error))
                 return previous.get(uri)
@@ -155,12 +184,13 @@ def sweep_roots(settings: Settings) -> list[FoundTable]:
     return sorted(found.values(), key=lambda table: table.uri)
 
 
-def catalog_scan(spark: Any, source: CatalogSource, settings: Settings) -> SourceScan:
-    """The Delta tables of the source's databases whose names match, as the job's Spark catalog lists them."""
+def catalog_scan(spark: Any, source: CatalogSource, settings: Settings, properties: OwnProperties) -> SourceScan:
+    """The Delta tables of the source's databases whose names match, as the job's Spark catalog lists them; their own
+    properties through `properties` (the source's own: it keeps them between passes)."""
     options = {**settings.storage_options, **source.storage_options}
     catalog_layer = PropertyLayer.of(Level.CATALOG, source.name, source.properties)
     databases, tables = name_pattern(source.databases), name_pattern(source.tables)
-    found = []
+    found, seen = [], set()
     for database in _namespaces(spark, source.name):
         if not databases.fullmatch(database):
             continue
@@ -170,11 +200,13 @@ def catalog_scan(spark: Any, source: CatalogSource, settings: Settings) -> Sourc
         for name, provider, location in described_tables(spark, source.name, database):
             if provider != DELTA_PROVIDER or not tables.fullmatch(name) or location is None:
                 continue
-            table = found_table(
-                catalog_uri(location), source.name, (catalog_layer, database_layer), source.where, options
-            )
+            uri = catalog_uri(location)
+            seen.add(uri)
+            layers = (catalog_layer, database_layer)
+            table = found_table(uri, source.name, layers, source.where, options, properties.get(uri, options))
             if table is not None:
                 found.append(table)
+    properties.keep_only(seen)
     return SourceScan(source.name, tuple(found), complete=True)
 
 

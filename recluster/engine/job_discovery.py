@@ -14,7 +14,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from recluster.core.discovery import DiscoveryChanges, discovery_changes
-from recluster.engine.discovery import FoundTable, RootScanner, SourceScan, catalog_scan, failed_scan
+from recluster.engine.discovery import (
+    FoundTable,
+    OwnProperties,
+    RootScanner,
+    SourceScan,
+    catalog_scan,
+    failed_scan,
+)
 from recluster.engine.leases import JobLeases
 from recluster.settings import Settings, table_storage_options
 
@@ -50,6 +57,7 @@ class JobDiscovery:
         self.settings = settings
         self.spark = spark
         self.scanners = [RootScanner(root, settings) for root in settings.discovery.roots]
+        self.catalog_properties = [OwnProperties() for _ in settings.discovery.catalogs]
         self.take_up, self.let_go = take_up, let_go
         self.tables_file = tables_file
         self.listed = listed
@@ -92,9 +100,9 @@ class JobDiscovery:
                 scans.append(scanner.scan())
             except Exception as error:  # an unreadable root never stops the other sources
                 scans.append(failed_scan(scanner.uri, error))
-        for source in self.settings.discovery.catalogs:
+        for source, properties in zip(self.settings.discovery.catalogs, self.catalog_properties, strict=True):
             try:
-                scans.append(catalog_scan(self.spark, source, self.settings))
+                scans.append(catalog_scan(self.spark, source, self.settings, properties))
             except Exception as error:
                 scans.append(failed_scan(source.name, error))
         return scans

@@ -28,10 +28,15 @@ MAINTENANCE_JITTER = 0.1
 """A table's maintenance interval is stretched by up to this share, fixed per table (from its URI)."""
 
 
-def maintenance_jitter(uri: str) -> float:
-    """A stable share in [0, MAINTENANCE_JITTER) per table: the same after a restart."""
+def uri_share(uri: str) -> float:
+    """A stable share in [0, 1) per table: the same after a restart."""
     digest = hashlib.sha1(uri.encode("utf-8")).digest()
-    return MAINTENANCE_JITTER * int.from_bytes(digest[:4], "big") / 2**32
+    return int.from_bytes(digest[:4], "big") / 2**32
+
+
+def maintenance_jitter(uri: str) -> float:
+    """A stable share in [0, MAINTENANCE_JITTER) per table."""
+    return MAINTENANCE_JITTER * uri_share(uri)
 
 
 class JobMaintenance:
@@ -52,6 +57,8 @@ class JobMaintenance:
         self.config = config
         self.stopping = stopping
         self.history_maintained = 0.0
+        self.first_due: dict[str, float] = {}
+        """Per table with no maintenance in the history: when its first one is due (`time.time()`)."""
 
     def run_due(self, tracked: Mapping[str, TrackedTable]) -> None:
         """Maintenance of the tracked tables whose last one is older than the maintenance interval (stretched by
@@ -62,6 +69,8 @@ class JobMaintenance:
         if maintenance.interval_seconds <= 0:
             return
         now = time.time()
+        for uri in set(self.first_due) - set(tracked):  # let go meanwhile
+            del self.first_due[uri]
         deadline = time.monotonic() + MAINTENANCE_PASS_SECONDS
         for uri, table in list(tracked.items()):
             config = self.config(table)
@@ -69,9 +78,14 @@ class JobMaintenance:
                 break
             if config is None or not config.enabled:
                 continue
-            last = history_of(self.history, uri, self.settings, now).last.get(ProcessType.MAINTENANCE, 0.0)
-            if now - last < maintenance.interval_seconds * (1 + maintenance_jitter(uri)):
+            last = history_of(self.history, uri, self.settings, now).last.get(ProcessType.MAINTENANCE)
+            if last is None:  # never maintained: at its own point within `first_within_seconds` of its take-up
+                spread = min(maintenance.first_within_seconds, maintenance.interval_seconds)
+                if now < self.first_due.setdefault(uri, now + spread * uri_share(uri)):
+                    continue
+            elif now - last < maintenance.interval_seconds * (1 + maintenance_jitter(uri)):
                 continue
+            self.first_due.pop(uri, None)
             record = ProcessRecord(new_process_id(), uri, ProcessType.MAINTENANCE, config.group, now)
             self.history.append(record)
             try:

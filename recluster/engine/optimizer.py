@@ -87,7 +87,7 @@ def history_of(store: HistoryStore | None, table: str, settings: Settings, now: 
     if store is None:
         return TableHistory()
     return table_history(
-        store.records(),
+        store.records_of(table),
         table,
         now=now,
         window_seconds=settings.self_optimizing.quota_window_seconds,
