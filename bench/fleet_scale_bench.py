@@ -38,7 +38,7 @@ from deltalake import DeltaTable, write_deltalake
 from bench.common import log, percentile, publish
 from docgen.figures import ratio_row
 from recluster.settings import SmallTableSettings
-from tests.fleet_support import overlapping_rounds, partition, rss_mb, start_job, status
+from tests.fleet_support import overlapping_rounds, owned, partition, rss_mb, start_job, status
 from tests.helpers import kill_tree, row_multiset
 from tests.s3_server import S3Server, moto_server
 
@@ -47,6 +47,7 @@ RATE = 20.0
 APPEND_SECONDS = 60.0
 POLL_SECONDS = 0.5
 OWNED_TIMEOUT = 3_600.0
+TAKEOVER_TIMEOUT = 600.0
 TARGET_P95_SECONDS, TARGET_TAKEOVER_SECONDS = 5.0, 60.0
 RULE_ON = SmallTableSettings().compact_files
 
@@ -173,13 +174,17 @@ def run_fleet(
         if kill:
             kill_tree(processes[-1][0])
             alive = ports[:-1]
-            result["takeover_seconds"] = wait_until(
-                lambda: partition(alive, set(uris)) is not None, "the killed job's tables owned", 600
-            )
-            shares = partition(alive, set(uris)) or []
+            try:  # a takeover that does not happen is a result: the run goes on to its checks
+                result["takeover_seconds"] = wait_until(
+                    lambda: partition(alive, set(uris)) is not None, "the killed job's tables owned", TAKEOVER_TIMEOUT
+                )
+            except RuntimeError as error:
+                result["takeover_seconds"], result["takeover_error"] = None, str(error)
+            shares = [owned(port) or set() for port in alive]
             result["shares_after_takeover"] = sorted(len(share) for share in shares)
             log(
-                f"{name}: the killed job's tables owned by the others {result['takeover_seconds']:.0f} s after the kill"
+                f"{name}: after the kill: {result.get('takeover_error') or result['takeover_seconds']}; shares "
+                f"{result['shares_after_takeover']} of {count}"
             )
     finally:
         for process, _ in processes:
@@ -215,7 +220,10 @@ def main(quick: bool = False, tables: int | None = None, jobs: int = 3, baseline
     rows = [
         ratio_row("commit -> decision p95 (s), against the target", p95, TARGET_P95_SECONDS, "<= 1"),
         ratio_row(
-            "takeover after kill -9 (s), against the target", fleet["takeover_seconds"], TARGET_TAKEOVER_SECONDS, "<= 1"
+            "takeover after kill -9 (s), against the target",
+            fleet["takeover_seconds"] or TAKEOVER_TIMEOUT,  # not done within the timeout: at least that
+            TARGET_TAKEOVER_SECONDS,
+            "<= 1",
         ),
         ["every table owned once (s)", fleet["owned_seconds"], None, None, "stated"],
         ["overlapping rounds", fleet["overlapping_rounds"], None, None, "0"],
