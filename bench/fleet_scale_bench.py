@@ -89,12 +89,25 @@ class DecisionClock:
         self.tasks = 0
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(45)
+        self.handles: dict[str, tuple[threading.Lock, DeltaTable]] = {}
 
     def append(self, uri: str) -> None:
-        rows = random_rows(self.rng)
-        write_deltalake(uri, rows, mode="append", storage_options=self.options)
-        committed = time.monotonic()
-        version = DeltaTable(uri, storage_options=self.options).version()  # ours or a later one: decided by then
+        """One append through the table's open handle, as a long-running writer does: delta-rs then reads only
+        the commits since its last one, not the whole log twice (opening by URI for the write and the version
+        made the writer most of the emulator's requests, about 20 an append)."""
+        with self.lock:
+            rows = random_rows(self.rng)
+            handle = self.handles.get(uri)
+        if handle is None:  # opened outside the lock: the other tables' appends go on meanwhile
+            opened = (threading.Lock(), DeltaTable(uri, storage_options=self.options))
+            with self.lock:
+                handle = self.handles.setdefault(uri, opened)
+        with handle[0]:
+            handle[1].update_incremental()
+            write_deltalake(handle[1], rows, mode="append")
+            committed = time.monotonic()
+            handle[1].update_incremental()
+            version = handle[1].version()  # ours or a later one: decided by then
         with self.lock:
             self.batches[uri].append(rows)
             self.pending.append((uri, version, committed))

@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 from recluster.core.discovery import Level, PropertyLayer, effective_properties, matches, name_pattern
 from recluster.core.errors import TableError, first_line
 from recluster.core.table_names import quoted
-from recluster.delta.storage import LOG_DIR, commit_file_exists, normalize_uri, table_filesystem
+from recluster.delta.storage import LOG_DIR, normalize_uri, read_log_actions, table_filesystem
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings, TableSettings
 from recluster.settings_discovery import CatalogSource, StorageRoot
 
@@ -52,23 +52,33 @@ class SourceScan:
 
 
 class OwnProperties:
-    """Tables' own properties, each read from its log once and again only after the table has a new commit: a pass
-    over a source it has seen before costs one HEAD per table (the next commit file), not a replay of every log.
-    Thread-safe for distinct tables (discovery reads `discovery.threads` at once)."""
+    """Tables' own properties, each read from its log once and then kept current from the commits after it: a pass
+    over a source it has seen before costs one GET per table (its next commit file, absent when unchanged) and one
+    more per new commit, not a replay of every log. Thread-safe for distinct tables (discovery reads
+    `discovery.threads` at once)."""
 
     def __init__(self) -> None:
         self.known: dict[str, tuple[int, dict[str, str]]] = {}
-        """Per table: the version its properties were read at, and the properties."""
+        """Per table: the version its properties are current at, and the properties."""
 
     def get(self, uri: str, options: Mapping[str, str]) -> dict[str, str]:
-        from deltalake import DeltaTable
-
         known = self.known.get(uri)
-        if known is not None and not commit_file_exists(uri, known[0] + 1, options):
-            return known[1]
-        table = DeltaTable(uri, storage_options=dict(options))
-        properties = dict(table.metadata().configuration)
-        self.known[uri] = (table.version(), properties)
+        if known is None:
+            from deltalake import DeltaTable
+
+            table = DeltaTable(uri, storage_options=dict(options))
+            known = (table.version(), dict(table.metadata().configuration))
+        version, properties = known
+        while True:  # the commits since: a metaData action carries the table's whole configuration
+            try:
+                actions = read_log_actions(uri, version + 1, options)
+            except FileNotFoundError:
+                break
+            version += 1
+            for action in actions:
+                if "metaData" in action:
+                    properties = dict(action["metaData"].get("configuration") or {})
+        self.known[uri] = (version, properties)
         return properties
 
     def keep_only(self, uris: Collection[str]) -> None:
