@@ -135,7 +135,12 @@ BENCHMARKS = (
         "three jobs sharing many small tables on the S3 emulator (issue 44): owned, commit-to-decision at 20 appends a "
         "second against the targets and against the small-table rule off, a job killed",
         "fleet-scale",
-        (),
+        (
+            "fleet-scale-quick-2026-11-28.json",
+            "fleet-scale-quick-full-reopen-2026-11-28.json",
+            "fleet-scale-quick-session-start-2026-11-28.json",
+            "fleet-scale-quick-uri-writer-2026-11-28.json",
+        ),
         args=("--baseline",),
     ),
     Benchmark(
