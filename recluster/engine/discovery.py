@@ -53,8 +53,8 @@ class SourceScan:
 
 class OwnProperties:
     """Tables' own properties, each read from its log once and then kept current from the commits after it: a pass
-    over a source it has seen before costs one GET per table (its next commit file, absent when unchanged) and one
-    more per new commit, not a replay of every log. Thread-safe for distinct tables (discovery reads
+    over a source it has seen before costs one request per table (for its next commit file, absent when unchanged)
+    and one or two more per new commit, not a replay of every log. Thread-safe for distinct tables (discovery reads
     `discovery.threads` at once)."""
 
     def __init__(self) -> None:
