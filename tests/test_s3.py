@@ -37,6 +37,7 @@ from recluster.settings_job import StreamSettings
 from recluster.settings_optimizing import MaintenanceSettings
 from tests.helpers import append_clustered, random_batches, row_multiset, run_cli, run_rounds
 from tests.s3_server import REGION, S3Server, s3_environment
+from triggers import delta_log
 from triggers.delta_log import GAP_PROBE_SECONDS, DeltaLogStreamReader, newest_version
 
 SECRET_MARKER = "never-print-me"
@@ -331,9 +332,10 @@ def test_the_source_reads_last_checkpoint_of_an_idle_table_once_a_minute(s3):
     assert reader.latestOffset(start, ReadAllAvailable()) == {"tables": {uri: version + 2}}
 
 
-def test_the_source_probes_tables_together_and_gives_the_budget_in_their_order(s3):
+def test_the_source_probes_tables_together_and_gives_the_budget_in_their_order(s3, monkeypatch):
     """Tables are probed concurrently, and a batch's commit budget still goes to them in the order they are listed,
-    as it did when they were probed one by one."""
+    as it did when they were probed one by one; tables past the chunk that spent it are not probed at all."""
+    monkeypatch.setattr(delta_log, "PROBE_CHUNK", 2)
     options = s3.options()
     uris = [s3.table_uri(f"budget-{n}") for n in range(4)]
     for uri in uris:
@@ -343,6 +345,10 @@ def test_the_source_probes_tables_together_and_gives_the_budget_in_their_order(s
     start = {"tables": dict.fromkeys(uris, 0)}
     assert reader.latestOffset(start, ReadMaxRows(5))["tables"] == dict(zip(uris, [2, 2, 1, 0], strict=True))
     assert reader.latestOffset(start, ReadAllAvailable())["tables"] == dict.fromkeys(uris, 2)
+    before = len(s3.requests())
+    assert reader.latestOffset(start, ReadMaxRows(3))["tables"] == dict(zip(uris, [2, 1, 0, 0], strict=True))
+    probed = {uri for uri in uris if any(uri.split(f"s3://{s3.bucket}/")[1] + "/" in r for r in s3.requests()[before:])}
+    assert probed == set(uris[:2])  # the first chunk spent the budget
 
 
 def test_wrong_credentials_and_missing_bucket_are_one_line_errors(s3):

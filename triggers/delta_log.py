@@ -57,6 +57,9 @@ GAP_PROBE_SECONDS = 60.0
 """How often an idle table's `_last_checkpoint` is read to find a log cleaned past the offset. A gap needs the next
 commit deleted before it was read, so it is rare; reading that file at every poll doubled an idle table's requests."""
 PROBE_THREADS = 16
+PROBE_CHUNK = 4 * PROBE_THREADS
+"""Tables probed before the budget is counted again: once a batch's commit budget is spent the rest wait for the
+next batch unprobed, so catching up on many tables' backlogs does not walk every backlog at every poll."""
 COMMITS_PER_PARTITION = 64
 """A batch's commits are read in tasks of about this many, several tables to a task: a batch touching hundreds of
 tables with a commit each is a few Spark tasks, not hundreds (each task has a fixed cost far above one small GET)."""
@@ -143,11 +146,13 @@ def commit_partitions(ranges: Sequence[CommitRange], commits_per_partition: int)
     split, so a table with a long backlog is a partition of its own."""
     partitions: list[CommitRanges] = []
     current: list[CommitRange] = []
+    commits = 0
     for part in ranges:
         current.append(part)
-        if sum(r.last - r.first + 1 for r in current) >= commits_per_partition:
+        commits += part.last - part.first + 1
+        if commits >= commits_per_partition:
             partitions.append(CommitRanges(tuple(current)))
-            current = []
+            current, commits = [], 0
     if current:
         partitions.append(CommitRanges(tuple(current)))
     return partitions
@@ -232,19 +237,24 @@ class DeltaLogStreamReader(DataSourceStreamReader):
         versions = {table: version for table, version in start["tables"].items() if table in self.tables}
         for table in self.tables:  # tables added after the checkpoint start from their start, found ones after
             versions.setdefault(table, self.found_starts.get(table, -1))  # the version the job loaded them at
-        now, most = time.monotonic(), budget
+        now = time.monotonic()
         probed = [table for table in self.tables if not self.backoff.waiting(table, time.time())]
         with ThreadPoolExecutor(min(PROBE_THREADS, max(1, len(probed)))) as pool:
-            outcomes = list(pool.map(lambda table: self._probe(table, versions[table], most, now), probed))
-        for table, newest in zip(probed, outcomes, strict=True):  # the budget goes to the tables in their order
-            if newest is None:
-                continue
-            newest = min(newest, versions[table] + max(0, budget))
-            budget -= newest - versions[table]
-            versions[table] = newest
+            for first in range(0, len(probed), PROBE_CHUNK):  # a chunk at a time: none past the spent budget
+                if budget <= 0:
+                    break
+                chunk = probed[first : first + PROBE_CHUNK]
+                probe = partial(self._probe, limit=budget, now=now)
+                outcomes = list(pool.map(probe, chunk, [versions[table] for table in chunk]))
+                for table, newest in zip(chunk, outcomes, strict=True):  # the budget goes to tables in their order
+                    if newest is None:
+                        continue
+                    newest = min(newest, versions[table] + max(0, budget))
+                    budget -= newest - versions[table]
+                    versions[table] = newest
         return {"tables": versions}
 
-    def _probe(self, table: str, after: int, limit: int, now: float) -> int | None:
+    def _probe(self, table: str, after: int, *, limit: int, now: float) -> int | None:
         """The table's newest version after `after` (looking for a gap when `GAP_PROBE_SECONDS` have passed since
         it last did), or None while the store fails to answer for it: backed off, the query goes on."""
         last_looked = self.gap_probed.get(table)

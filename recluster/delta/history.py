@@ -169,17 +169,21 @@ class HistoryStore:
 
     def records(self) -> list[ProcessRecord]:
         with self._lock:
-            if self._records is None:
-                rows = read_rows(self.location, self.storage_options)
-                self._keep([] if rows is None else records_from_arrow(rows))
-            assert self._records is not None
-            return list(self._records)
+            return list(self._loaded())
 
     def records_of(self, table: str) -> list[ProcessRecord]:
         """The kept rows of one table (what `records()` holds for it), without going through every table's."""
         with self._lock:
-            self.records()
+            self._loaded()
             return list(self._by_table.get(table, ()))
+
+    def _loaded(self) -> list[ProcessRecord]:
+        """The kept rows, read from the table the first time (under the lock)."""
+        if self._records is None:
+            rows = read_rows(self.location, self.storage_options)
+            self._keep([] if rows is None else records_from_arrow(rows))
+        assert self._records is not None
+        return self._records
 
     def _keep(self, records: list[ProcessRecord]) -> None:
         self._records = records
@@ -193,7 +197,7 @@ class HistoryStore:
                 self._unwritten.extend(records)
             else:
                 append_rows(self.location, records_to_arrow(records), self.storage_options)
-            kept = self.records() + list(records)
+            kept = [*self._loaded(), *records]
             self._keep(prune(kept, keep_after=time.time() - self.window_seconds, stale_seconds=STALE_PROCESS_SECONDS))
 
     def flush(self) -> int:
