@@ -8,7 +8,7 @@ A stdlib `ThreadingHTTPServer` in a daemon thread, started by `recluster watch -
   loaded (or its error published).
 - `/metrics`: Prometheus text from a dedicated registry; a collector reads the handler's per-table status at
   scrape time (levels, depth, totals since the job started, commit lag).
-- `/status`: JSON of every table's status.
+- `/status`: JSON of every table's status, and the last micro-batch's timings (jobs/batch_timings.py).
 - `/`, `/tables/<name>`, `/api/tables[/<name>]`: the status pages and their JSON (jobs/pages.py).
 
 Everything is read from the handler and the query at request time; nothing here writes to the job.
@@ -29,6 +29,7 @@ from urllib.parse import unquote
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from jobs.batch_timings import BatchLog
 from jobs.benefit_page import benefit_section
 from jobs.fleet_page import fleet_section
 from jobs.pages import PageSource, job_views, render_index, render_table
@@ -72,6 +73,8 @@ class JobProbe:
         self._newest_version = newest_version or _newest_logged_version
         self._lag_cache: dict[str, tuple[float, int | None]] = {}
         self._lock = threading.Lock()
+        self.batches = BatchLog()
+        """The last finished micro-batch's timings, kept by the watch loop."""
 
     def attach(self, query: Any, handler: ReclusterHandler) -> None:
         self.query, self.handler = query, handler
@@ -160,6 +163,7 @@ class JobProbe:
             "ready": ready,
             "reason": reason,
             "last_progress": dt.datetime.fromtimestamp(last, dt.UTC).isoformat() if last is not None else None,
+            "last_batch": self.batches.latest.to_dict() if self.batches.latest is not None else None,
             "tables": [s.to_dict() for s in sorted(statuses, key=lambda s: s.table)],
             "fleet": self.handler.discovery.fleet() if self.handler and self.handler.discovery else {},
         }

@@ -6,6 +6,7 @@ import copy
 import functools
 import inspect
 import json
+import logging
 import shlex
 import shutil
 import socket
@@ -26,6 +27,7 @@ import pytest
 import yaml
 
 from jobs.autorecluster import stop_gracefully
+from jobs.batch_timings import BatchLog, batch_timings
 from jobs.health import HealthServer, JobProbe
 from recluster.cli.parser import build_parser
 from recluster.cli.watch import stream_settings
@@ -665,6 +667,23 @@ def test_server_serves_endpoints_without_spark():
         server.stop()
 
 
+def test_batch_timings_are_logged_once_a_batch_and_idle_triggers_not(caplog):
+    durations = {"latestOffset": 40, "addBatch": 900, "triggerExecution": 990}
+    ran = {"batchId": 3, "numInputRows": 5, "durationMs": durations}
+    idle = {"batchId": 4, "numInputRows": 0, "durationMs": {"latestOffset": 35, "triggerExecution": 36}}
+    batches = BatchLog()
+    query = SimpleNamespace(lastProgress=None)
+    with caplog.at_level(logging.INFO, logger="recluster.batch"):
+        for progress in (None, ran, ran, idle, {**ran, "batchId": 5}):
+            query.lastProgress = progress
+            batches.poll(query)
+    assert [r.getMessage() for r in caplog.records] == [
+        "recluster batch=3 rows=5 total_ms=990 poll_ms=40 handler_ms=900",
+        "recluster batch=5 rows=5 total_ms=990 poll_ms=40 handler_ms=900",
+    ]
+    assert batches.latest == batch_timings({**ran, "batchId": 5})
+
+
 @pytest.mark.spark
 def test_http_endpoints_on_a_running_job(tmp_path, spark):
     from recluster.core.selection.plan import Policy
@@ -697,9 +716,13 @@ def test_http_endpoints_on_a_running_job(tmp_path, spark):
             assert f"recluster_table_average_depth{{{label}}}" in metrics
             assert f"recluster_commit_lag{{{label}}}" in metrics
             assert "recluster_up 1.0" in metrics
+            server.probe.batches.poll(query)  # as the watch loop does after every wait
             code, body = get(port, "/status")
             status = json.loads(body)
             assert code == 200 and status["healthy"] and status["ready"]
+            batch = status["last_batch"]
+            assert batch["batch"] >= 1 and batch["rows"] >= 1 and batch["total_ms"] > 0
+            assert {"poll", "handler", "offsets_log", "commits_log"} <= set(batch["phases_ms"])
             (entry,) = status["tables"]
             assert entry["table"] == str(table) and entry["version"] >= 2 and entry["error"] is None
             assert {"levels", "totals", "pending", "average_depth"} <= set(entry)

@@ -21,6 +21,7 @@ from recluster.settings import (
 )
 
 if TYPE_CHECKING:
+    from jobs.batch_timings import BatchLog
     from jobs.health import HealthServer
 
 
@@ -117,15 +118,24 @@ def stop_signals() -> Iterator[StopRequest]:
 
 
 def run_until_signal(
-    query: Any, handler: Any, seconds: float | None, tick: Callable[[], None], stop: StopRequest
+    query: Any,
+    handler: Any,
+    seconds: float | None,
+    tick: Callable[[], None],
+    stop: StopRequest,
+    batches: BatchLog | None = None,
 ) -> str:
-    """Serve until `stop` is requested (or `seconds`), then stop gracefully; returns why it stopped."""
+    """Serve until `stop` is requested (or `seconds`), then stop gracefully; returns why it stopped. Each finished
+    micro-batch's timings are logged once (into `batches`, which `/status` shows, when given)."""
     from jobs.autorecluster import stop_gracefully
+    from jobs.batch_timings import BatchLog
 
+    batches = batches if batches is not None else BatchLog()
     deadline = None if seconds is None else time.monotonic() + seconds
     while query.isActive and not stop.event.is_set():
         query.awaitTermination(0.5)
         tick()
+        batches.poll(query)
         if deadline is not None and time.monotonic() >= deadline:
             break
     if not query.isActive:
@@ -175,7 +185,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
             found = " and the tables discovery finds" if settings.discovery.enabled else ""
             checkpoint = settings.stream.checkpoint_location
             print(f"watching {len(settings.tables)} table(s){found}; checkpoint {checkpoint}{where}", file=sys.stderr)
-            reason = run_until_signal(query, handler, args.seconds, handler.tick, stop)
+            batches = server.probe.batches if server is not None else None
+            reason = run_until_signal(query, handler, args.seconds, handler.tick, stop, batches)
         finally:
             if server is not None:
                 server.stop()
