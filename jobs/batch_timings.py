@@ -58,18 +58,24 @@ def batch_timings(progress: Mapping[str, Any] | None) -> BatchTimings | None:
 
 
 class BatchLog:
-    """Logs each batch's timings once, as the watch loop polls the query: `latest` answers `/status`."""
+    """Logs each batch's timings once, as the watch loop polls the query: `latest` answers `/status`. The query's
+    progress is asked for only after the handler finished a batch it has not logged (the progress carries every
+    table's offsets: thousands of entries with discovery, too many to fetch at every turn of the loop)."""
 
     def __init__(self) -> None:
         self.latest: BatchTimings | None = None
+        self.logged_batch_time: float | None = None
 
-    def poll(self, query: Any) -> None:
+    def poll(self, query: Any, batch_time: float | None) -> None:
+        """`batch_time`: when the handler last finished a batch (its progress is posted just after)."""
+        if batch_time is None or batch_time == self.logged_batch_time:
+            return
         try:
             progress = query.lastProgress
         except Exception:  # the JVM side is gone or stopping: nothing new to log
             return
         timings = batch_timings(progress)
         if timings is None or (self.latest is not None and timings.batch <= self.latest.batch):
-            return
-        self.latest = timings
+            return  # not posted yet: asked again at the next turn
+        self.latest, self.logged_batch_time = timings, batch_time
         log.info("recluster %s", timings)

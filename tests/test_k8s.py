@@ -674,9 +674,12 @@ def test_batch_timings_are_logged_once_a_batch_and_idle_triggers_not(caplog):
     batches = BatchLog()
     query = SimpleNamespace(lastProgress=None)
     with caplog.at_level(logging.INFO, logger="recluster.batch"):
-        for progress in (None, ran, ran, idle, {**ran, "batchId": 5}):
+        # (progress, when the handler last finished a batch): a batch's progress is posted just after its handler
+        later = {**ran, "batchId": 5}
+        turns = [(None, None), (ran, None), (idle, 1.0), (ran, 1.0), (ran, 1.0), (ran, 2.0), (later, 2.0)]
+        for progress, finished in turns:
             query.lastProgress = progress
-            batches.poll(query)
+            batches.poll(query, finished)
     assert [r.getMessage() for r in caplog.records] == [
         "recluster batch=3 rows=5 total_ms=990 poll_ms=40 handler_ms=900",
         "recluster batch=5 rows=5 total_ms=990 poll_ms=40 handler_ms=900",
@@ -716,7 +719,7 @@ def test_http_endpoints_on_a_running_job(tmp_path, spark):
             assert f"recluster_table_average_depth{{{label}}}" in metrics
             assert f"recluster_commit_lag{{{label}}}" in metrics
             assert "recluster_up 1.0" in metrics
-            server.probe.batches.poll(query)  # as the watch loop does after every wait
+            server.probe.batches.poll(query, handler.last_batch_time)  # as the watch loop does after every wait
             code, body = get(port, "/status")
             status = json.loads(body)
             assert code == 200 and status["healthy"] and status["ready"]

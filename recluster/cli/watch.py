@@ -135,7 +135,7 @@ def run_until_signal(
     while query.isActive and not stop.event.is_set():
         query.awaitTermination(0.5)
         tick()
-        batches.poll(query)
+        batches.poll(query, handler.last_batch_time)
         if deadline is not None and time.monotonic() >= deadline:
             break
     if not query.isActive:

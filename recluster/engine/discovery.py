@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import zlib
 from collections import deque
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,10 @@ log = logging.getLogger("recluster.discovery")
 DELTA_PROVIDER = "delta"
 LISTING_ATTEMPTS = 3
 """A database's tables are listed again when one was dropped while Spark described them (seen in a test)."""
+RELIST_EVERY_SWEEPS = 10
+"""A folder the last sweep found to be a table is taken as one again from its parent's listing without a LIST of its
+own, except at one sweep in this many (spread over the tables by name), when it is listed to confirm its
+`_delta_log/` is still there: a sweep of an unchanged root is a LIST per folder holding tables, not one per table."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +130,9 @@ class RootScanner:
         self.properties = OwnProperties()
         self.swept: set[str] = set()
         """The tables the current sweep found so far, filtered out or not."""
+        self.known: frozenset[str] = frozenset()
+        """The tables the last complete sweep found, filtered out or not (RELIST_EVERY_SWEEPS)."""
+        self.sweeps = 0
 
     def scan(self) -> SourceScan:
         """One pass: continue the current sweep within the listing budget (tables found are taken up at once); the
@@ -150,13 +158,25 @@ class RootScanner:
             if depth < self.root.max_depth:
                 for child in folders:
                     if not child.base_name.startswith(("_", ".")):
-                        self.pending.append((f"{folder}/{child.base_name}".lstrip("/"), depth + 1))
+                        path = f"{folder}/{child.base_name}".lstrip("/")
+                        if self._still_a_table(f"{self.uri}/{path}"):
+                            tables.append(f"{self.uri}/{path}")
+                            self.swept.add(tables[-1])
+                        else:
+                            self.pending.append((path, depth + 1))
         self._open(tables)
         if not self.pending:
             self.last_sweep = tuple(self.sweep.values())
             self.properties.keep_only(self.swept)
+            self.known, self.sweeps = frozenset(self.swept), self.sweeps + 1
             return SourceScan(self.uri, self.last_sweep, complete=True)
-        return SourceScan(self.uri, (*self.last_sweep, *self.sweep.values()), complete=False)
+        found = {table.uri: table for table in (*self.last_sweep, *self.sweep.values())}  # this sweep's, newer
+        return SourceScan(self.uri, tuple(found.values()), complete=False)
+
+    def _still_a_table(self, uri: str) -> bool:
+        """Whether a folder the last sweep found to be a table is taken as one without listing it (it is listed at
+        one sweep in RELIST_EVERY_SWEEPS; a table whose folder is gone is missing from its parent's listing)."""
+        return uri in self.known and (zlib.crc32(uri.encode()) + self.sweeps) % RELIST_EVERY_SWEEPS != 0
 
     def _open(self, uris: list[str]) -> None:
         """Read the tables' properties, `discovery.threads` at a time (each is a read of its log). A table that cannot
