@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -63,7 +63,16 @@ next batch unprobed, so catching up on many tables' backlogs does not walk every
 COMMITS_PER_PARTITION = 64
 """A batch's commits are read in tasks of about this many, several tables to a task: a batch touching hundreds of
 tables with a commit each is a few Spark tasks, not hundreds (each task has a fixed cost far above one small GET)."""
+READ_THREADS = 8
+"""Commit files a task reads at once, of one table or several: a task's time is the store's latency, not its CPU."""
 T = TypeVar("T")
+
+
+@cache
+def probe_pool() -> ThreadPoolExecutor:
+    """The source's probing threads, started once a process: a poll that started its own (a few ms each when the
+    process has a core) spent a third of its time starting them on a busy driver (a profile at 300 tables)."""
+    return ThreadPoolExecutor(PROBE_THREADS, "recluster-delta-log-probe")
 
 
 def transient(error: BaseException) -> bool:
@@ -158,16 +167,22 @@ def commit_partitions(ranges: Sequence[CommitRange], commits_per_partition: int)
     return partitions
 
 
-def commit_rows(part: CommitRange) -> Iterator[tuple[Any, ...]]:
-    """Rows (`recluster.delta.log.SCHEMA`) for the commits of one range: stateless, runs on executors. Each commit
-    file is read with storage retries: a transient error is never taken for a commit cleaned from the log."""
+def commit_row(part: CommitRange, version: int) -> tuple[Any, ...]:
+    """The row (`recluster.delta.log.SCHEMA`) of one commit of a range, read with storage retries: a transient error
+    is never taken for a commit cleaned from the log. Stateless, runs on executors."""
     options = dict(part.options)
-    for version in range(part.first, part.last + 1):
 
-        def read(version: int = version) -> CommitEntry:
-            return next(read_commits(part.table, version, version, options))
+    def read() -> CommitEntry:
+        return next(read_commits(part.table, version, version, options))
 
-        yield with_storage_retries(part.table, f"commit {version}", read).row()
+    return with_storage_retries(part.table, f"commit {version}", read).row()
+
+
+def commit_rows(ranges: Sequence[CommitRange]) -> Iterator[tuple[Any, ...]]:
+    """The rows of the ranges' commits in order, `READ_THREADS` commit files read at once."""
+    commits = [(part, version) for part in ranges for version in range(part.first, part.last + 1)]
+    with ThreadPoolExecutor(max(1, min(READ_THREADS, len(commits)))) as pool:
+        yield from pool.map(commit_row, *zip(*commits, strict=True)) if commits else ()
 
 
 class DeltaLogStreamReader(DataSourceStreamReader):
@@ -239,19 +254,18 @@ class DeltaLogStreamReader(DataSourceStreamReader):
             versions.setdefault(table, self.found_starts.get(table, -1))  # the version the job loaded them at
         now = time.monotonic()
         probed = [table for table in self.tables if not self.backoff.waiting(table, time.time())]
-        with ThreadPoolExecutor(min(PROBE_THREADS, max(1, len(probed)))) as pool:
-            for first in range(0, len(probed), PROBE_CHUNK):  # a chunk at a time: none past the spent budget
-                if budget <= 0:
-                    break
-                chunk = probed[first : first + PROBE_CHUNK]
-                probe = partial(self._probe, limit=budget, now=now)
-                outcomes = list(pool.map(probe, chunk, [versions[table] for table in chunk]))
-                for table, newest in zip(chunk, outcomes, strict=True):  # the budget goes to tables in their order
-                    if newest is None:
-                        continue
-                    newest = min(newest, versions[table] + max(0, budget))
-                    budget -= newest - versions[table]
-                    versions[table] = newest
+        for first in range(0, len(probed), PROBE_CHUNK):  # a chunk at a time: none past the spent budget
+            if budget <= 0:
+                break
+            chunk = probed[first : first + PROBE_CHUNK]
+            probe = partial(self._probe, limit=budget, now=now)
+            outcomes = list(probe_pool().map(probe, chunk, [versions[table] for table in chunk]))
+            for table, newest in zip(chunk, outcomes, strict=True):  # the budget goes to tables in their order
+                if newest is None:
+                    continue
+                newest = min(newest, versions[table] + max(0, budget))
+                budget -= newest - versions[table]
+                versions[table] = newest
         return {"tables": versions}
 
     def _probe(self, table: str, after: int, *, limit: int, now: float) -> int | None:
@@ -294,8 +308,7 @@ class DeltaLogStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, CommitRanges)
-        for part in partition.ranges:
-            yield from commit_rows(part)
+        yield from commit_rows(partition.ranges)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to acknowledge: the log is the source of truth and offsets live in the checkpoint."""

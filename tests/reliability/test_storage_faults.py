@@ -114,7 +114,7 @@ def test_a_transient_log_read_error_is_never_a_gap(s3: S3Server, front: FaultFro
     # run in eight saw no reset at all
     reset = FaultRule(FaultKind.RESET, Target.COMMIT, ("GET",), budget=2, prefix=prefix)
     front.plan(SEED, reset)
-    rows = list(commit_rows(CommitRange(uri, 0, 2, tuple(sorted(options.items())))))
+    rows = list(commit_rows([CommitRange(uri, 0, 2, tuple(sorted(options.items())))]))
     assert [(row[1], row[3]) for row in rows] == [(0, "WRITE"), (1, "WRITE"), (2, "WRITE")]  # none a LOG_GAP
     assert sum(f.kind is FaultKind.RESET and prefix in f.path for f in front.faults()) == 2
     front.plan(SEED, FaultRule(FaultKind.SERVER_ERROR, Target.COMMIT, ("HEAD",), budget=1, prefix=prefix))
