@@ -13,7 +13,7 @@ from deltalake import write_deltalake
 
 from recluster.core.errors import TableError
 from recluster.delta.log_writer import set_table_properties
-from recluster.engine.discovery import RELIST_EVERY_SWEEPS, RootScanner
+from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, RootScanner
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_discovery import SWEEP_PAUSE_SECONDS, JobDiscovery
 from recluster.settings import Settings
@@ -102,7 +102,7 @@ def test_a_sweep_reads_only_the_commits_since_the_last(s3: S3Server) -> None:
 
 def test_a_known_table_is_listed_once_in_ten_sweeps_and_a_removed_one_is_let_go(s3: S3Server) -> None:
     """After the first sweep, a sweep lists the folders that hold no table every time and each table's folder at one
-    sweep in RELIST_EVERY_SWEEPS: 10 sweeps of the 3 tables and 4 other folders (root, x, x/y, x/y/z) are 43 LISTs,
+    sweep in RECHECK_EVERY_SWEEPS: 10 sweeps of the 3 tables and 4 other folders (root, x, x/y, x/y/z) are 43 LISTs,
     not 70. A table whose objects are all gone is let go at the next sweep; one whose `_delta_log/` alone is gone,
     by the sweep that lists it."""
     root = s3.table_uri("warehouse")
@@ -116,19 +116,45 @@ def test_a_known_table_is_listed_once_in_ten_sweeps_and_a_removed_one_is_let_go(
         return [line.split(f"prefix={prefix}/", 1)[1] if f"prefix={prefix}/" in line else "" for line in lines]
 
     before = len(s3.requests())
-    assert full_sweep(scanner, RELIST_EVERY_SWEEPS) == [(True, ["a", "x/b", "x/y/c"])] * RELIST_EVERY_SWEEPS
+    assert full_sweep(scanner, RECHECK_EVERY_SWEEPS) == [(True, ["a", "x/b", "x/y/c"])] * RECHECK_EVERY_SWEEPS
     folders = listed(before)
-    assert len(folders) == 4 * RELIST_EVERY_SWEEPS + 3
+    assert len(folders) == 4 * RECHECK_EVERY_SWEEPS + 3
     assert [folders.count(table) for table in ("a/", "x/b/", "x/y/c/")] == [1, 1, 1]
     assert {folder: folders.count(folder) for folder in ("", "x/", "x/y/", "x/y/z/")} == dict.fromkeys(
-        ("", "x/", "x/y/", "x/y/z/"), RELIST_EVERY_SWEEPS
+        ("", "x/", "x/y/", "x/y/z/"), RECHECK_EVERY_SWEEPS
     )
     client = s3.client()
     for gone in ("a/", "x/b/_delta_log/"):
         for item in client.list_objects_v2(Bucket=s3.bucket, Prefix=f"{prefix}/{gone}")["Contents"]:
             client.delete_object(Bucket=s3.bucket, Key=item["Key"])
     assert full_sweep(scanner, 1)[0][1] in (["x/b", "x/y/c"], ["x/y/c"])
-    assert full_sweep(scanner, RELIST_EVERY_SWEEPS)[-1][1] == ["x/y/c"]
+    assert full_sweep(scanner, RECHECK_EVERY_SWEEPS)[-1][1] == ["x/y/c"]
+
+
+def test_a_table_another_job_owns_has_its_properties_read_at_its_turn_only(s3: S3Server) -> None:
+    """Jobs sharing a root: the table this job owns ("a") has its next commit probed at every sweep, a property set
+    on it seen at the next; an unchanged table another job owns ("x/y/c") costs one request in ten sweeps, and a
+    property set on one ("x/b") is seen by the sweep that checks it, within ten."""
+    root = s3.table_uri("warehouse")
+    make_tables(root, s3.options())
+    scanner = RootScanner(
+        StorageRoot(uri=root + "/", max_depth=3, storage_options=s3.options(), where={"recluster.policy": "levels"}),
+        Settings(),
+        owns=lambda uri: uri.endswith("/a"),
+    )
+    assert full_sweep(scanner, 1) == [(True, ["a"])]
+    prefix = root.removeprefix(f"s3://{s3.bucket}/")
+
+    def log_requests(before: int, table: str) -> int:
+        return sum(f"/{prefix}/{table}/_delta_log/" in line for line in s3.requests()[before:])
+
+    before = len(s3.requests())
+    assert full_sweep(scanner, RECHECK_EVERY_SWEEPS) == [(True, ["a"])] * RECHECK_EVERY_SWEEPS
+    assert [log_requests(before, table) for table in ("a", "x/b", "x/y/c")] == [RECHECK_EVERY_SWEEPS, 1, 1]
+    set_table_properties(f"{root}/a", {"recluster.policy": "absorb"}, s3.options())
+    set_table_properties(f"{root}/x/b", {"recluster.policy": "levels"}, s3.options())
+    assert full_sweep(scanner, 1)[0][1] in ([], ["x/b"])  # "a" filtered out at once
+    assert full_sweep(scanner, RECHECK_EVERY_SWEEPS)[-1][1] == ["x/b"]
 
 
 def test_an_unreadable_table_is_one_line_and_the_roots_other_tables_go_on(

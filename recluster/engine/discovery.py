@@ -9,7 +9,7 @@ import logging
 import re
 import zlib
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +28,12 @@ log = logging.getLogger("recluster.discovery")
 DELTA_PROVIDER = "delta"
 LISTING_ATTEMPTS = 3
 """A database's tables are listed again when one was dropped while Spark described them (seen in a test)."""
-RELIST_EVERY_SWEEPS = 10
-"""A folder the last sweep found to be a table is taken as one again from its parent's listing without a LIST of its
-own, except at one sweep in this many (spread over the tables by name), when it is listed to confirm its
-`_delta_log/` is still there: a sweep of an unchanged root is a LIST per folder holding tables, not one per table."""
+RECHECK_EVERY_SWEEPS = 10
+"""A table the last sweep found is checked in full at one sweep in this many (its turn, spread over the tables by
+name): its folder listed to confirm its `_delta_log/` is still there, and, when another job owns it, its properties
+brought up to date. At the other sweeps it is taken as a table from its parent's listing, and only the tables the job
+owns have their properties read: a sweep of an unchanged root is a LIST per folder holding tables, and a request per
+owned table, not a LIST and reads of every table in every job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +68,11 @@ class OwnProperties:
         self.known: dict[str, tuple[int, dict[str, str]]] = {}
         """Per table: the version its properties are current at, and the properties."""
 
-    def get(self, uri: str, options: Mapping[str, str]) -> dict[str, str]:
+    def get(self, uri: str, options: Mapping[str, str], *, refresh: bool = True) -> dict[str, str]:
+        """The table's properties; with `refresh` false, those last read when there are any (no request)."""
         known = self.known.get(uri)
+        if known is not None and not refresh:
+            return known[1]
         if known is None:
             from deltalake import DeltaTable
 
@@ -118,8 +123,11 @@ class RootScanner:
     """Every Delta table below one storage root. A pass makes at most `max_listings` LIST requests; the folders it
     did not reach wait for the next pass, so a full sweep of a big root spans several passes."""
 
-    def __init__(self, root: StorageRoot, settings: Settings) -> None:
+    def __init__(self, root: StorageRoot, settings: Settings, owns: Callable[[str], bool] | None = None) -> None:
+        """`owns`: whether this job owns a table (jobs sharing tables): the properties of a table another job owns
+        are read at its turn only (RECHECK_EVERY_SWEEPS); None: every table's at every sweep."""
         self.root = root
+        self.owns = owns
         self.uri = normalize_uri(root.uri)
         self.options = {**settings.storage_options, **root.storage_options}
         self.layers = (PropertyLayer.of(Level.ROOT, self.uri, root.properties),)
@@ -131,7 +139,7 @@ class RootScanner:
         self.swept: set[str] = set()
         """The tables the current sweep found so far, filtered out or not."""
         self.known: frozenset[str] = frozenset()
-        """The tables the last complete sweep found, filtered out or not (RELIST_EVERY_SWEEPS)."""
+        """The tables the last complete sweep found, filtered out or not (RECHECK_EVERY_SWEEPS)."""
         self.sweeps = 0
 
     def scan(self) -> SourceScan:
@@ -173,10 +181,14 @@ class RootScanner:
         found = {table.uri: table for table in (*self.last_sweep, *self.sweep.values())}  # this sweep's, newer
         return SourceScan(self.uri, tuple(found.values()), complete=False)
 
+    def _in_turn(self, uri: str) -> bool:
+        """Whether this sweep checks the table in full (RECHECK_EVERY_SWEEPS)."""
+        return (zlib.crc32(uri.encode()) + self.sweeps) % RECHECK_EVERY_SWEEPS == 0
+
     def _still_a_table(self, uri: str) -> bool:
-        """Whether a folder the last sweep found to be a table is taken as one without listing it (it is listed at
-        one sweep in RELIST_EVERY_SWEEPS; a table whose folder is gone is missing from its parent's listing)."""
-        return uri in self.known and (zlib.crc32(uri.encode()) + self.sweeps) % RELIST_EVERY_SWEEPS != 0
+        """Whether a folder the last sweep found to be a table is taken as one without listing it (a table whose
+        folder is gone is missing from its parent's listing)."""
+        return uri in self.known and not self._in_turn(uri)
 
     def _open(self, uris: list[str]) -> None:
         """Read the tables' properties, `discovery.threads` at a time (each is a read of its log). A table that cannot
@@ -186,7 +198,8 @@ class RootScanner:
 
         def opened(uri: str) -> FoundTable | None:
             try:
-                own = self.properties.get(uri, self.options)
+                refresh = self.owns is None or self.owns(uri) or self._in_turn(uri)
+                own = self.properties.get(uri, self.options, refresh=refresh)
                 return found_table(uri, self.uri, self.layers, self.root.where, self.options, own)
             except Exception as error:
                 log.error("recluster table=%s reason=unreadable_table error=%s", uri, first_line(error))

@@ -56,7 +56,8 @@ class JobDiscovery:
         loaded at (-1: not loaded), which the source starts after."""
         self.settings = settings
         self.spark = spark
-        self.scanners = [RootScanner(root, settings) for root in settings.discovery.roots]
+        owns = self.watches if settings.discovery.leases is not None else None  # jobs sharing the tables
+        self.scanners = [RootScanner(root, settings, owns) for root in settings.discovery.roots]
         self.catalog_properties = [OwnProperties() for _ in settings.discovery.catalogs]
         self.take_up, self.let_go = take_up, let_go
         self.tables_file = tables_file
@@ -75,6 +76,10 @@ class JobDiscovery:
         self.sweeping = False
         """A root's sweep stopped at its listing budget: the next pass goes on with it, without waiting for the
         interval (a big root is swept in consecutive passes, one `period` apart)."""
+
+    def watches(self, uri: str) -> bool:
+        """Whether this job watches a table it found (with leases: owns it)."""
+        return uri in self.found_by
 
     def may_work(self) -> bool:
         """False while this job's leases may have lapsed (docs/discovery.md#several-jobs)."""
