@@ -182,7 +182,7 @@ def commit_rows(ranges: Sequence[CommitRange]) -> Iterator[tuple[Any, ...]]:
     """The rows of the ranges' commits in order, `READ_THREADS` commit files read at once."""
     commits = [(part, version) for part in ranges for version in range(part.first, part.last + 1)]
     with ThreadPoolExecutor(max(1, min(READ_THREADS, len(commits)))) as pool:
-        yield from pool.map(commit_row, *zip(*commits, strict=True)) if commits else ()
+        yield from pool.map(commit_row, *zip(*commits, strict=True))
 
 
 class DeltaLogStreamReader(DataSourceStreamReader):

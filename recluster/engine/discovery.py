@@ -58,21 +58,29 @@ class SourceScan:
     error: str | None = None
 
 
+def in_turn(uri: str, passes: int) -> bool:
+    """Whether the pass after `passes` complete ones checks the table in full (RECHECK_EVERY_SWEEPS)."""
+    return (zlib.crc32(uri.encode()) + passes) % RECHECK_EVERY_SWEEPS == 0
+
+
 class OwnProperties:
     """Tables' own properties, each read from its log once and then kept current from the commits after it: a pass
     over a source it has seen before costs one request per table (for its next commit file, absent when unchanged)
-    and one or two more per new commit, not a replay of every log. Thread-safe for distinct tables (discovery reads
-    `discovery.threads` at once)."""
+    and one or two more per new commit, not a replay of every log. With `owns` (jobs sharing the tables), a table
+    another job owns is brought up to date at its turn only (RECHECK_EVERY_SWEEPS). Thread-safe for distinct tables
+    (discovery reads `discovery.threads` at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, owns: Callable[[str], bool] | None = None) -> None:
         self.known: dict[str, tuple[int, dict[str, str]]] = {}
         """Per table: the version its properties are current at, and the properties."""
+        self.owns = owns
+        self.passes = 0
+        """Complete passes over the source (each ends with `keep_only`)."""
 
-    def get(self, uri: str, options: Mapping[str, str], *, refresh: bool = True) -> dict[str, str]:
-        """The table's properties; with `refresh` false, those last read when there are any (no request)."""
+    def get(self, uri: str, options: Mapping[str, str]) -> dict[str, str]:
         known = self.known.get(uri)
-        if known is not None and not refresh:
-            return known[1]
+        if known is not None and self.owns is not None and not self.owns(uri) and not in_turn(uri, self.passes):
+            return known[1]  # another job's table, not its turn: as last read, no request
         if known is None:
             from deltalake import DeltaTable
 
@@ -92,9 +100,10 @@ class OwnProperties:
         return properties
 
     def keep_only(self, uris: Collection[str]) -> None:
-        """Forget the tables a finished pass no longer found."""
+        """End a complete pass: forget the tables it no longer found."""
         for uri in set(self.known) - set(uris):
             del self.known[uri]
+        self.passes += 1
 
 
 def found_table(
@@ -127,7 +136,6 @@ class RootScanner:
         """`owns`: whether this job owns a table (jobs sharing tables): the properties of a table another job owns
         are read at its turn only (RECHECK_EVERY_SWEEPS); None: every table's at every sweep."""
         self.root = root
-        self.owns = owns
         self.uri = normalize_uri(root.uri)
         self.options = {**settings.storage_options, **root.storage_options}
         self.layers = (PropertyLayer.of(Level.ROOT, self.uri, root.properties),)
@@ -135,12 +143,11 @@ class RootScanner:
         self.pending: deque[tuple[str, int]] = deque()
         self.sweep: dict[str, FoundTable] = {}
         self.last_sweep: tuple[FoundTable, ...] = ()
-        self.properties = OwnProperties()
+        self.properties = OwnProperties(owns)
         self.swept: set[str] = set()
         """The tables the current sweep found so far, filtered out or not."""
         self.known: frozenset[str] = frozenset()
         """The tables the last complete sweep found, filtered out or not (RECHECK_EVERY_SWEEPS)."""
-        self.sweeps = 0
 
     def scan(self) -> SourceScan:
         """One pass: continue the current sweep within the listing budget (tables found are taken up at once); the
@@ -167,28 +174,24 @@ class RootScanner:
                 for child in folders:
                     if not child.base_name.startswith(("_", ".")):
                         path = f"{folder}/{child.base_name}".lstrip("/")
-                        if self._still_a_table(f"{self.uri}/{path}"):
-                            tables.append(f"{self.uri}/{path}")
-                            self.swept.add(tables[-1])
+                        if self._still_a_table(uri := f"{self.uri}/{path}"):
+                            tables.append(uri)
+                            self.swept.add(uri)
                         else:
                             self.pending.append((path, depth + 1))
         self._open(tables)
         if not self.pending:
             self.last_sweep = tuple(self.sweep.values())
             self.properties.keep_only(self.swept)
-            self.known, self.sweeps = frozenset(self.swept), self.sweeps + 1
+            self.known = frozenset(self.swept)
             return SourceScan(self.uri, self.last_sweep, complete=True)
         found = {table.uri: table for table in (*self.last_sweep, *self.sweep.values())}  # this sweep's, newer
         return SourceScan(self.uri, tuple(found.values()), complete=False)
 
-    def _in_turn(self, uri: str) -> bool:
-        """Whether this sweep checks the table in full (RECHECK_EVERY_SWEEPS)."""
-        return (zlib.crc32(uri.encode()) + self.sweeps) % RECHECK_EVERY_SWEEPS == 0
-
     def _still_a_table(self, uri: str) -> bool:
         """Whether a folder the last sweep found to be a table is taken as one without listing it (a table whose
         folder is gone is missing from its parent's listing)."""
-        return uri in self.known and not self._in_turn(uri)
+        return uri in self.known and not in_turn(uri, self.properties.passes)
 
     def _open(self, uris: list[str]) -> None:
         """Read the tables' properties, `discovery.threads` at a time (each is a read of its log). A table that cannot
@@ -198,8 +201,7 @@ class RootScanner:
 
         def opened(uri: str) -> FoundTable | None:
             try:
-                refresh = self.owns is None or self.owns(uri) or self._in_turn(uri)
-                own = self.properties.get(uri, self.options, refresh=refresh)
+                own = self.properties.get(uri, self.options)
                 return found_table(uri, self.uri, self.layers, self.root.where, self.options, own)
             except Exception as error:
                 log.error("recluster table=%s reason=unreadable_table error=%s", uri, first_line(error))
