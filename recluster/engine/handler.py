@@ -150,7 +150,7 @@ class ReclusterHandler:
                 commits = [CommitEntry.from_row(row) for row in rows]
             by_table: dict[str, list[CommitEntry]] = {}
             for commit in sorted(commits, key=lambda c: (c.table, c.version)):
-                if self.discovery is None or commit.table in self.tables.configured:  # not one let go meanwhile
+                if self.tables.serves(commit.table):  # not one let go meanwhile
                     by_table.setdefault(commit.table, []).append(commit)
             with self.lock:
                 touched = {uri: foreign for uri, c in by_table.items() if (foreign := self._apply(uri, c)) is not None}

@@ -61,6 +61,11 @@ class JobTables:
         self.layers.pop(uri, None)
         self.tracked.pop(uri, None)
 
+    def serves(self, uri: str) -> bool:
+        """Whether the job keeps `uri` clustered: a table named in the settings or found (and, with leases, owned)
+        by discovery; with neither configured, every table commit events name (docs/kafka.md)."""
+        return uri in self.configured or not (self.configured or self.settings.discovery.enabled)
+
     def options(self, uri: str) -> dict[str, str]:
         """Storage options of a table: the job's, overridden by the table's own."""
         return dict(table_storage_options(self.settings, self.configured.get(uri)))
@@ -160,8 +165,8 @@ class JobTables:
             if event["error"]:
                 continue
             uri = normalize_uri(event["table"])
-            if self.configured and uri not in self.configured:
-                continue  # a job serves its configured tables; with none configured it serves every table
+            if not self.serves(uri):
+                continue  # another job's table, or one no setting names: its commits are not read
             low, high = newest.get(uri, (event["version"], event["version"]))
             newest[uri] = (min(low, event["version"]), max(high, event["version"]))
         commits: list[CommitEntry] = []

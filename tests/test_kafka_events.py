@@ -1,0 +1,47 @@
+"""Which commits a Kafka-driven job reads from the events it receives (recluster/engine/job_tables.py): every job
+sharing tables receives every event, and reads the commits of the tables it serves only (docs/kafka.md). No JVM, no
+broker: the events are the rows the commit-event source gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from recluster.core.discovery import Level, PropertyLayer
+from recluster.engine.job_tables import JobTables
+from recluster.settings import Settings, TableSettings
+from recluster.settings_discovery import DiscoverySettings, StorageRoot
+
+
+def event(table: Path, version: int) -> dict[str, Any]:
+    return {"table": str(table), "version": version, "error": None, "kafka_partition": 0, "kafka_offset": version}
+
+
+def announced(tables: JobTables, *paths: Path) -> set[tuple[str, int]]:
+    """(table, version) of the commits read for events announcing versions 0 and 1 of each of `paths`."""
+    read = tables.commits_for_events([event(path, version) for path in paths for version in (0, 1)])
+    return {(commit.table, commit.version) for commit in read.commits}
+
+
+def test_a_job_reads_the_commits_of_the_tables_it_serves_only(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "lake" / "ours", tmp_path / "lake" / "theirs"
+    for path in (ours, theirs):
+        for seed in range(2):
+            write_deltalake(str(path), pa.table({"k": np.random.default_rng(seed).integers(0, 99, 10)}), mode="append")
+    both = {(str(path), version) for path in (ours, theirs) for version in (0, 1)}
+
+    assert announced(JobTables(Settings(), []), ours, theirs) == both  # nothing configured: every table named
+    listed = JobTables(Settings(), [TableSettings(uri=str(ours))])
+    assert announced(listed, ours, theirs) == {(str(ours), 0), (str(ours), 1)}
+
+    discovering = Settings(discovery=DiscoverySettings(roots=[StorageRoot(uri=str(tmp_path / "lake"))]))
+    sharing = JobTables(discovering, [])
+    assert announced(sharing, ours, theirs) == set()  # found, but owned by no one yet (or by another job)
+    sharing.add_found(TableSettings(uri=str(ours)), (PropertyLayer.of(Level.ROOT, str(tmp_path / "lake"), {}),))
+    assert announced(sharing, ours, theirs) == {(str(ours), 0), (str(ours), 1)}
+    sharing.remove_found(str(ours))  # let go: taken over by another job
+    assert announced(sharing, ours, theirs) == set()
