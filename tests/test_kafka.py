@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from kafka import KafkaProducer
+from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
@@ -19,6 +20,7 @@ from recluster.delta.snapshot import load_snapshot
 from recluster.engine.publish import MetricsRecord, commit_event_json
 from tests.helpers import append_random, cli_json, row_multiset, run_cli, wait_for
 from tests.kafka_broker import METRICS, job_settings, read_records, send
+from triggers.kafka_commits import KafkaCommitsReader
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -151,3 +153,29 @@ def test_events_from_a_transactional_producer_with_markers_ending_the_log(tmp_pa
     assert status.tasks > 0 and status.failures == 0, status
     assert status.version >= DeltaTable(str(table)).version() - 2  # caught up, the last committed event included
     assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(pa.concat_tables(appended))
+
+
+def test_every_partition_is_read_while_another_already_has_records(broker):
+    """A partition still at its beginning is read like the others while another one's records keep coming: before,
+    its start was a lazy reset to the beginning that each micro-batch started again and never finished, so the
+    source read one partition of three for the whole run, and the tables whose events went to the others were never
+    decided (the fleet bench's jobs sharing 300 tables). The reader alone, as Spark's micro-batches call it."""
+    topic = broker.create_topic("partitions", partitions=3)
+    reader = KafkaCommitsReader({"bootstrapServers": broker.bootstrap, "topic": topic})
+    offsets = reader.initialOffset()
+    try:
+        sent = dict.fromkeys(range(3), 0)
+        for batch in range(6):
+            partitions = [2] if batch < 3 else [0, 1, 2]  # partition 2 first, then all three
+            for partition in partitions:
+                send(
+                    broker.bootstrap,
+                    [commit_event_json(f"t{partition}", batch, "WRITE", None).encode()],
+                    partition,
+                    topic,
+                )
+                sent[partition] += 1
+            offsets = reader.latestOffset(offsets, ReadMaxRows(10_000))
+        assert {int(p): end for p, (end, _) in offsets["partitions"].items()} == sent
+    finally:
+        reader.stop()

@@ -90,6 +90,14 @@ def read_to_end(client: Any, tp: Any) -> bool:
     return highwater is not None and client.position(tp) >= highwater
 
 
+def from_beginning(client: Any, tp: Any) -> None:
+    """Read `tp` from its first record: a seek to offset 0 (below the log's start, the consumer's `earliest` reset
+    takes it there). Not `seek_to_beginning`: that reset is lazy, and while another assigned partition had records
+    to return it never completed before the poll ended, the next micro-batch started it again, and the partition was
+    never read (tests/test_kafka.py)."""
+    client.seek(tp, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRange(InputPartition):
     """Offsets [start, end) of one partition of the topic: plain values, picklable."""
@@ -204,7 +212,7 @@ class KafkaCommitsReader(DataSourceStreamReader):
                 client.seek(tp, offset - 1)
                 unverified.add(tp.partition)
             else:
-                client.seek_to_beginning(tp)
+                from_beginning(client, tp)
         reset: set[int] = set()
         refetching = False  # right after a seek to the beginning the first poll can come back empty
         while budget > 0:
@@ -224,7 +232,7 @@ class KafkaCommitsReader(DataSourceStreamReader):
                         log.warning("kafka source: %s[%d] started over; reading it again", self.topic, tp.partition)
                         reset.add(tp.partition)
                         positions[tp.partition] = [0, None]
-                        client.seek_to_beginning(tp)
+                        from_beginning(client, tp)
                         refetching = True
                         break
                     if budget <= 0:
