@@ -5,16 +5,19 @@ broker: the events are the rows the commit-event source gives."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.discovery import Level, PropertyLayer
+from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_tables import JobTables
 from recluster.settings import Settings, TableSettings
 from recluster.settings_discovery import DiscoverySettings, StorageRoot
+from tests.helpers import append_random, job_settings
 
 
 def event(table: Path, version: int) -> dict[str, Any]:
@@ -45,3 +48,44 @@ def test_a_job_reads_the_commits_of_the_tables_it_serves_only(tmp_path: Path) ->
     assert announced(sharing, ours, theirs) == {(str(ours), 0), (str(ours), 1)}
     sharing.remove_found(str(ours))  # let go: taken over by another job
     assert announced(sharing, ours, theirs) == set()
+
+
+class Events:
+    """A micro-batch of commit events as the Kafka source hands it to the handler (a DataFrame's collect())."""
+
+    def __init__(self, *announced: tuple[Path, int]) -> None:
+        events = [event(path, version) for path, version in announced]
+        self.rows = [SimpleNamespace(asDict=lambda e=e: e) for e in events]
+
+    def collect(self) -> list[Any]:
+        return self.rows
+
+
+def test_a_table_whose_announced_commit_cannot_be_read_fails_alone_and_comes_back(tmp_path: Path) -> None:
+    """The commits events announce are read several tables at once; one that cannot be read fails that table (its
+    error shown, its state dropped) while the batch decides the others, and its next event takes it up again."""
+    broken, fine = tmp_path / "broken", tmp_path / "fine"
+    rng = np.random.default_rng(44)
+    for table in (broken, fine):
+        append_random(table, rng, 0)
+    listed = job_settings(tmp_path / "checkpoint", [broken, fine])
+    settings = listed.model_copy(update={"stream": listed.stream.model_copy(update={"source": "kafka"})})
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    for table in (broken, fine):
+        handler.tracked[str(table)] = handler.tables.track(str(table), None)
+        append_random(table, rng, 1)
+    versions = {table: DeltaTable(str(table)).version() for table in (broken, fine)}
+    commit = broken / "_delta_log" / f"{versions[broken]:020d}.json"
+    aside = commit.rename(tmp_path / "aside.json")
+    commit.mkdir()  # a commit file that cannot be read (not a missing one: that is a gap in the log)
+
+    handler(Events((broken, versions[broken]), (fine, versions[fine])), 1)
+    assert handler.status[str(fine)].version == versions[fine] and handler.status[str(fine)].error is None
+    assert handler.status[str(broken)].error is not None and str(broken) not in handler.tracked
+
+    commit.rmdir()
+    aside.rename(commit)
+    append_random(broken, rng, 2)
+    handler(Events((broken, versions[broken] + 1)), 2)
+    assert handler.status[str(broken)].version == versions[broken] + 1
+    assert handler.status[str(broken)].error is None

@@ -145,32 +145,38 @@ class ReclusterHandler:
             rows = [r.asDict() for r in frame.collect()]
             if self.settings.stream.source == "kafka":
                 read = self.tables.commits_for_events(rows)
-                commits, self.reports.skipped_events = list(read.commits), read.malformed
+                commits, self.reports.skipped_events, failed = list(read.commits), read.malformed, read.failed
             else:
-                commits = [CommitEntry.from_row(row) for row in rows]
+                commits, failed = [CommitEntry.from_row(row) for row in rows], {}
             by_table: dict[str, list[CommitEntry]] = {}
             for commit in sorted(commits, key=lambda c: (c.table, c.version)):
                 if self.tables.serves(commit.table):  # not one let go meanwhile
                     by_table.setdefault(commit.table, []).append(commit)
             with self.lock:
+                for uri, error in failed.items():
+                    self._fail(uri, error)
                 touched = {uri: foreign for uri, c in by_table.items() if (foreign := self._apply(uri, c)) is not None}
                 self.reports.publish(self.reports.run_scheduled(touched))
         finally:
             self.last_batch_time = time.time()
 
     def _apply(self, uri: str, commits: list[CommitEntry]) -> bool | None:
-        """Apply a table's new commits; True when one was not ours, None when the table failed (it is dropped and
-        reloaded by its next commit, or by `tick` once its backoff has passed)."""
+        """Apply a table's new commits; True when one was not ours, None when the table failed."""
         try:
             was_tracked = uri in self.tracked
             _, foreign = self.tables.apply(uri, commits)
         except Exception as error:
-            self.tracked.pop(uri, None)
-            self.reports.fail(uri, error)
+            self._fail(uri, error)
             return None
         if not was_tracked:
             self.failures.clear(uri)
         return foreign
+
+    def _fail(self, uri: str, error: Exception) -> None:
+        """The table failed (under the lock): its state is dropped and its error shown, it is taken up again by its
+        next commit or once its backoff has passed (docs/operations.md#when-a-table-fails)."""
+        self.tracked.pop(uri, None)
+        self.reports.fail(uri, error)
 
     def tick(self) -> None:
         """Time-based work between micro-batches (a quiet table gets no batch): interval triggers of

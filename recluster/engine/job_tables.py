@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from recluster.core.discovery import EffectiveProperty, PropertyLayer, effective_properties
@@ -36,6 +38,19 @@ class CommitsFromEvents:
 
     commits: tuple[CommitEntry, ...]
     malformed: int
+    failed: Mapping[str, Exception]
+    """Tables whose commits could not be read, and why."""
+
+
+EVENT_READ_THREADS = 8
+"""Tables whose new commits a batch of events reads at once: each read is a GET a commit, waiting on the store (read
+one after the other, they were half of a batch at 300 tables and 20 appends a second)."""
+
+
+@cache
+def event_reads() -> ThreadPoolExecutor:
+    """The threads reading the commits events announce, started once a process."""
+    return ThreadPoolExecutor(EVENT_READ_THREADS, "recluster-event-reads")
 
 
 class JobTables:
@@ -169,10 +184,24 @@ class JobTables:
                 continue  # another job's table, or one no setting names: its commits are not read
             low, high = newest.get(uri, (event["version"], event["version"]))
             newest[uri] = (min(low, event["version"]), max(high, event["version"]))
-        commits: list[CommitEntry] = []
+        ranges: list[tuple[str, int, int]] = []
         for uri, (low, high) in newest.items():
             tracked = self.tracked.get(uri)
             first = tracked.version + 1 if tracked else low
             if high >= first:
-                commits.extend(read_commits(uri, first, high, self.options(uri)))
-        return CommitsFromEvents(tuple(commits), len(malformed))
+                ranges.append((uri, first, high))
+
+        def read(uri: str, first: int, last: int) -> tuple[CommitEntry, ...] | Exception:
+            try:
+                return tuple(read_commits(uri, first, last, self.options(uri)))
+            except Exception as error:  # this table fails (and is reloaded later); the others go on
+                return error
+
+        commits: list[CommitEntry] = []
+        failed: dict[str, Exception] = {}
+        for (uri, _, _), outcome in zip(ranges, event_reads().map(read, *zip(*ranges, strict=True)), strict=True):
+            if isinstance(outcome, Exception):
+                failed[uri] = outcome
+            else:
+                commits.extend(outcome)
+        return CommitsFromEvents(tuple(commits), len(malformed), failed)
