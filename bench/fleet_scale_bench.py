@@ -53,6 +53,7 @@ ROWS = 200
 RATE = 20.0
 APPEND_SECONDS = 60.0
 POLL_SECONDS = 0.5
+FIRST_SECONDS = 15.0
 OWNED_TIMEOUT = 3_600.0
 TAKEOVER_TIMEOUT = 600.0
 TARGET_P95_SECONDS, TARGET_TAKEOVER_SECONDS = 5.0, 60.0
@@ -127,6 +128,9 @@ class DecisionClock:
         self.uris, self.batches, self.options, self.events, self.rate = uris, batches, options, events, rate
         self.pending: list[tuple[str, int, float]] = []
         self.latencies: list[float] = []
+        self.later: list[float] = []
+        """The latencies of the appends committed FIRST_SECONDS or more after the first: the jobs' first batches with
+        commits start Spark's Python workers, which one-off cost the appends meanwhile wait for."""
         self.tasks = 0
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(45)
@@ -172,6 +176,8 @@ class DecisionClock:
             for uri, version, committed in self.pending:
                 if versions.get(uri, -1) >= version:
                     self.latencies.append(now - committed)
+                    if committed - self.started >= FIRST_SECONDS:
+                        self.later.append(now - committed)
                 else:
                     waiting.append((uri, version, committed))
             self.pending = waiting
@@ -248,12 +254,15 @@ def run_fleet(
             "appends": len(clock.latencies),
             "appends_per_second": len(clock.latencies) / (clock.last_committed - clock.started),
             "poll": POLL_SECONDS,
+            "p95_after_first_seconds": percentile(clock.later, 95),
+            "first_seconds": FIRST_SECONDS,
         }
         result["merges_during_appends"] = clock.tasks
         rate = result["decision_seconds"]["appends_per_second"]
         log(
             f"{name}: commit -> decision over {len(clock.latencies)} appends ({rate:.1f} a second reached): "
-            f"p50 {p50:.2f} s, p95 {p95:.2f} s"
+            f"p50 {p50:.2f} s, p95 {p95:.2f} s "
+            f"({result['decision_seconds']['p95_after_first_seconds']:.2f} s after the first {FIRST_SECONDS:.0f} s)"
         )
         result["peak_memory_mb"] = {f"job{i}": rss_mb(process, peak=True) for i, (process, _) in enumerate(processes)}
         if kill:
@@ -330,6 +339,12 @@ def main(
             fleet["decision_seconds"]["appends_per_second"],
             rate,
             "1",
+        ),
+        ratio_row(
+            f"commit -> decision p95 (s) of the appends after the first {FIRST_SECONDS:.0f} s, against the target",
+            fleet["decision_seconds"]["p95_after_first_seconds"],
+            TARGET_P95_SECONDS,
+            "<= 1",
         ),
         ["every table owned once (s)", fleet["owned_seconds"], None, None, "stated"],
         ["overlapping rounds", fleet["overlapping_rounds"], None, None, "0"],

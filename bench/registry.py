@@ -148,6 +148,20 @@ BENCHMARKS = (
         args=("--baseline",),
     ),
     Benchmark(
+        "fleet-scale-kafka",
+        "bench.fleet_scale_bench",
+        "the same fleet learning of the appends from commit events on Apache Kafka, against the same lake with the "
+        "logs polled, side by side (`--rate 5`: at a rate the emulator serves)",
+        "fleet-scale-kafka",
+        (
+            "fleet-scale-kafka-quick-2026-11-29.json",
+            "fleet-scale-kafka-quick-writer-refreshing-2026-11-29.json",
+            "fleet-scale-kafka-rate5-quick-2026-11-29.json",
+        ),
+        args=("--source", "both"),
+        needs="Apache Kafka (`./dev kafka`)",
+    ),
+    Benchmark(
         "curve",
         "bench.curve_bench",
         "multi-column keys on curves against delta-rs z_order",
