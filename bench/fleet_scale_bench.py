@@ -17,8 +17,8 @@ writer publishes after each append to a topic of an Apache Kafka broker (tests/k
 With `--baseline` the same lake shape runs again, on fresh tables, with the small-table rule off
 (`small_tables.compact_files=0`, what the jobs did before: a tiny table merged at every other append), for the
 decision lag only. N = 10,000 and J = 3 as the issue asks (quick: 300). Writes
-bench/results/fleet-scale[-kafka][-rate<R>][-quick]-<date>.json (`-kafka` with `--source kafka` or `both`, `-rate<R>`
-with a rate other than RATE).
+bench/results/fleet-scale[-kafka][-rate<R>][-interval<I>][-quick]-<date>.json (`-kafka` with `--source kafka` or
+`both`; `-rate<R>`, `-interval<I>` when not the defaults).
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ RATE = 20.0
 APPEND_SECONDS = 60.0
 POLL_SECONDS = 0.5
 FIRST_SECONDS = 15.0
+INTERVAL_SECONDS = 60.0
+"""The jobs' `discovery.interval_seconds` (a sweep of the root; the default is 300)."""
 OWNED_TIMEOUT = 3_600.0
 TAKEOVER_TIMEOUT = 600.0
 TARGET_P95_SECONDS, TARGET_TAKEOVER_SECONDS = 5.0, 60.0
@@ -208,11 +210,12 @@ class DecisionClock:
 
 @dataclass(frozen=True)
 class Fleet:
-    """The lake's shape: how many tables, jobs sharing them, and appends a second."""
+    """The lake's shape: how many tables, jobs sharing them, appends a second, and the jobs' discovery interval."""
 
     tables: int
     jobs: int
     rate: float
+    interval: float
 
 
 def run_fleet(
@@ -230,7 +233,9 @@ def run_fleet(
     events = Events(broker, name) if broker is not None else None
     env = {"RECLUSTER_SMALL_TABLES__COMPACT_FILES": str(compact_files), **(events.job_environment() if events else {})}
     processes = [
-        start_job(work, f"{name}-job{i}", s3, lake, leases, 30.0, 10.0, 60, {"recluster.clusterBy": "k"}, env)
+        start_job(
+            work, f"{name}-job{i}", s3, lake, leases, 30.0, 10.0, fleet.interval, {"recluster.clusterBy": "k"}, env
+        )
         for i in range(jobs)
     ]
     ports = [port for _, port in processes]
@@ -238,6 +243,7 @@ def run_fleet(
         "tables": count,
         "jobs": jobs,
         "rate_asked": fleet.rate,
+        "discovery_interval_seconds": fleet.interval,
         "source": "kafka" if events else "delta-log",
         "small_tables_compact_files": compact_files,
     }
@@ -312,8 +318,9 @@ def main(
     source: str = "delta-log",
     baseline: bool = False,
     rate: float = RATE,
+    interval: float = INTERVAL_SECONDS,
 ) -> dict[str, Any]:
-    shape = Fleet(tables or (300 if quick else 10_000), jobs, rate)
+    shape = Fleet(tables or (300 if quick else 10_000), jobs, rate, interval)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="recluster-fleet-") as work_dir, moto_server(Path(work_dir)) as s3:
         work = Path(work_dir)
@@ -357,7 +364,13 @@ def main(
                 )
             )
     result = {**fleet, "polled": polled, "rule_off": before, "seconds": time.monotonic() - began}
-    kind = ("fleet-scale-kafka" if broker is not None else "fleet-scale") + (f"-rate{rate:g}" if rate != RATE else "")
+    kind = "".join(
+        (
+            "fleet-scale-kafka" if broker is not None else "fleet-scale",
+            f"-rate{rate:g}" if rate != RATE else "",
+            f"-interval{interval:g}" if interval != INTERVAL_SECONDS else "",
+        )
+    )
     events = "commit events from Kafka" if broker is not None else "the logs polled"
     title = f"{jobs} jobs sharing {shape.tables} tables on the S3 emulator, {events}, {rate:g} appends a second asked"
     return publish(kind, title, quick, rows, result)
@@ -385,5 +398,11 @@ if __name__ == "__main__":
     )
     parser.add_argument("--baseline", action="store_true", help="run again with the small-table rule off")
     parser.add_argument("--rate", type=float, default=RATE, help=f"appends a second asked (default {RATE:g})")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=INTERVAL_SECONDS,
+        help=f"the jobs' discovery interval (default {INTERVAL_SECONDS:g} s)",
+    )
     arguments = parser.parse_args()
-    main(arguments.quick, arguments.tables, arguments.jobs, arguments.source, arguments.baseline, arguments.rate)
+    main(**vars(arguments))

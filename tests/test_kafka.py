@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -17,8 +18,12 @@ from jobs.autorecluster import start_job, stop_gracefully
 from recluster.core.keys import ClusterKey, KeyColumn, KeyType
 from recluster.core.metrics import clustering_info
 from recluster.delta.snapshot import load_snapshot
+from recluster.engine.leases import JobLeases
 from recluster.engine.publish import MetricsRecord, commit_event_json
-from tests.helpers import append_random, cli_json, row_multiset, run_cli, wait_for
+from recluster.settings import ClusteringSettings, Settings
+from recluster.settings_discovery import DiscoverySettings, LeaseSettings, StorageRoot
+from recluster.settings_job import KafkaSettings, StreamSettings
+from tests.helpers import append_random, cli_json, row_multiset, run_cli, running_job, wait_for
 from tests.kafka_broker import METRICS, job_settings, read_records, send
 from triggers.kafka_commits import KafkaCommitsReader
 
@@ -179,3 +184,54 @@ def test_every_partition_is_read_while_another_already_has_records(broker):
         assert {int(p): end for p, (end, _) in offsets["partitions"].items()} == sent
     finally:
         reader.stop()
+
+
+def test_a_job_sharing_a_root_decides_the_tables_it_owns_from_the_events(tmp_path, spark, broker):
+    """Commit events with discovery and leases (docs/kafka.md): the job reads the whole topic and decides the tables
+    it owns; the tables another live job owns (its leases kept by the test) are neither taken up nor shown."""
+    lake = tmp_path / "lake"
+    tables = [lake / f"t{index}" for index in range(4)]
+    rng = np.random.default_rng(45)
+    appended = {table: [append_random(table, rng, 0)] for table in tables}
+    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=6.0, renew_seconds=1.0)
+    other, stop = JobLeases(leases, {}, job="other"), threading.Event()
+
+    def other_job() -> None:  # alive all along: its heartbeat and a lease pass every half second
+        while not stop.wait(0.5):
+            other.beat()
+            other.run_pass([str(table) for table in tables], lambda table: None)
+
+    topic = broker.create_topic("shared", partitions=2)
+    settings = Settings(
+        clustering=ClusteringSettings(target_rows=5_000),
+        stream=StreamSettings(source="kafka", checkpoint_location=str(tmp_path / "cp"), trigger_interval_seconds=0.2),
+        kafka=KafkaSettings(bootstrap_servers=broker.bootstrap, commits_topic=topic, starting_offsets="earliest"),
+        discovery=DiscoverySettings(interval_seconds=1.0, roots=[StorageRoot(uri=str(lake))], leases=leases),
+    )
+    beating = threading.Thread(target=other_job)
+    beating.start()
+    try:
+        with running_job(spark, settings) as (query, handler):
+            wait_for(lambda: len(handler.status) == 2 and len(other.held) == 2, "the tables shared two and two")
+            mine = set(handler.status)
+            assert mine.isdisjoint(other.held)
+            for batch in range(1, 4):
+                for index, table in enumerate(tables):
+                    appended[table].append(append_random(table, rng, batch))
+                    version = DeltaTable(str(table)).version()
+                    send(
+                        broker.bootstrap,
+                        [commit_event_json(str(table), version, "WRITE", None).encode()],
+                        index % 2,
+                        topic,
+                    )
+                query.processAllAvailable()
+            newest = {uri: DeltaTable(uri).version() for uri in mine}
+            wait_for(lambda: all(handler.status[uri].version >= newest[uri] for uri in mine), "its tables decided")
+            assert set(handler.status) == mine and set(handler.tracked) == mine
+            assert sum(handler.status[uri].tasks for uri in mine) > 0
+    finally:
+        stop.set()
+        beating.join()
+    for table, batches in appended.items():
+        assert row_multiset(DeltaTable(str(table)).to_pyarrow_table()) == row_multiset(pa.concat_tables(batches))
