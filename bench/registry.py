@@ -156,8 +156,10 @@ BENCHMARKS = (
         (
             "fleet-scale-kafka-quick-2026-11-29.json",
             "fleet-scale-kafka-quick-writer-refreshing-2026-11-29.json",
+            "fleet-scale-kafka-rate5-quick-before-warm-up-2026-11-29.json",
             "fleet-scale-kafka-rate5-quick-2026-11-29.json",
             "fleet-scale-kafka-rate5-2026-11-29.json",
+            "fleet-scale-kafka-rate5-interval300-2026-11-29.json",
         ),
         args=("--source", "both"),
         needs="Apache Kafka (`./dev kafka`)",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from jobs.autorecluster import start_job
+from jobs.autorecluster import source_module, start_job, warm_python_worker
 from recluster.core.errors import TableError
 from recluster.core.metrics import clustering_info
 from recluster.core.selection.plan import Policy, level_threshold
@@ -128,3 +129,17 @@ def test_job_puts_appends_on_a_hilbert_curve(tmp_path, spark):
     assert sum(b.key_fingerprint is None for b in snapshot.blocks) <= 3  # a few appends not absorbed yet
     info = clustering_info(snapshot.blocks, snapshot.key)
     assert set(info.column_scan) == {"k", "batch"}
+
+
+def test_the_source_reader_is_imported_in_a_python_worker_at_the_start_and_a_failure_is_one_line(
+    spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warm-up the job runs as it starts (docs/streaming.md#starting): a task that imports the source's reader in a
+    Python worker; a module that cannot be imported is one line and nothing raised."""
+    assert source_module(job_settings(Path("/tmp/cp"), [])) == "triggers.delta_log"
+    with caplog.at_level("WARNING", logger="recluster.job"):
+        warm_python_worker(spark, "triggers.kafka_commits")
+        assert not caplog.records
+        warm_python_worker(spark, "triggers.no_such_reader")
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "reason=warm_up_failed module=triggers.no_such_reader" in line and "\n" not in line
