@@ -1,0 +1,165 @@
+"""The fleet bench's writer (bench/fleet_scale_bench.py): many small tables written, appends to them at a rate
+through open handles (each announced on a Kafka topic when the jobs read commit events), and the time each append
+takes to show in its owner's `/status`."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from recluster.engine.publish import commit_event_json
+from tests.fleet_support import status
+from tests.kafka_broker import Broker
+
+ROWS = 200
+APPEND_SECONDS = 60.0
+POLL_SECONDS = 0.5
+FIRST_SECONDS = 15.0
+
+
+def random_rows(rng: np.random.Generator) -> pa.Table:
+    return pa.table({"k": pa.array(rng.integers(0, 10**9, ROWS), pa.int64())})
+
+
+def write_tables(uris: list[str], options: dict[str, str]) -> dict[str, list[pa.Table]]:
+    rng = np.random.default_rng(44)
+    batches = {uri: [random_rows(rng)] for uri in uris}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda uri: write_deltalake(uri, batches[uri][0], storage_options=options), uris))
+    return batches
+
+
+def wait_until(condition: Any, what: str, timeout: float) -> float:
+    """Seconds until `condition()` holds (checked every second), or RuntimeError naming `what`."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(1.0)
+    return time.monotonic() - started
+
+
+class Events:
+    """The commits topic of a Kafka run: the writer announces each append on it, every job reads all of it."""
+
+    def __init__(self, broker: Broker, name: str) -> None:
+        from kafka import KafkaProducer
+
+        self.bootstrap = broker.bootstrap
+        self.topic = broker.create_topic(f"{name}-commits", partitions=3)
+        self.producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=0)
+
+    def announce(self, uri: str, version: int) -> None:
+        event = commit_event_json(uri, version, "WRITE", int(time.time() * 1000))
+        self.producer.send(self.topic, key=uri.encode(), value=event.encode())
+
+    def job_environment(self) -> dict[str, str]:
+        """The jobs' settings for this topic (settings from the environment, docs/configuration.md)."""
+        return {
+            "RECLUSTER_STREAM__SOURCE": "kafka",
+            "RECLUSTER_KAFKA__BOOTSTRAP_SERVERS": self.bootstrap,
+            "RECLUSTER_KAFKA__COMMITS_TOPIC": self.topic,
+        }
+
+    def close(self) -> None:
+        self.producer.flush(timeout=30)
+        self.producer.close()
+
+
+class DecisionClock:
+    """Appends at `rate` tables a second and the time each takes to show in its owner's /status."""
+
+    def __init__(
+        self,
+        uris: list[str],
+        batches: dict[str, list[pa.Table]],
+        options: dict[str, str],
+        events: Events | None,
+        rate: float,
+    ) -> None:
+        self.uris, self.batches, self.options, self.events, self.rate = uris, batches, options, events, rate
+        self.pending: list[tuple[str, int, float]] = []
+        self.latencies: list[float] = []
+        self.later: list[float] = []
+        """The latencies of the appends committed FIRST_SECONDS or more after the first: the jobs' first batches with
+        commits start Spark's Python workers, which one-off cost the appends meanwhile wait for."""
+        self.tasks = 0
+        self.lock = threading.Lock()
+        self.rng = np.random.default_rng(45)
+        self.handles: dict[str, tuple[threading.Lock, DeltaTable]] = {}
+        self.started = self.last_committed = 0.0
+        """When the appends began and when the last one committed: the rate the writer reached (the emulator, one
+        Python process, can hold it below the rate asked)."""
+
+    def append(self, uri: str) -> None:
+        """One append through the table's open handle, as a long-running writer does: delta-rs reads only the
+        commits since its last one (to check for conflicts) and leaves the handle at the version it wrote. Opening
+        by URI for the write and the version made the writer most of the emulator's requests (about 20 an append);
+        bringing the handle up to date before and after the write still cost about 5 of the 11 left."""
+        with self.lock:
+            rows = random_rows(self.rng)
+            handle = self.handles.get(uri)
+        if handle is None:  # opened outside the lock: the other tables' appends go on meanwhile
+            opened = (threading.Lock(), DeltaTable(uri, storage_options=self.options))
+            with self.lock:
+                handle = self.handles.setdefault(uri, opened)
+        with handle[0]:
+            write_deltalake(handle[1], rows, mode="append")
+            committed = time.monotonic()
+            version = handle[1].version()  # the version written
+        if self.events is not None:  # announced as a writer does, after its commit (not timed: the commit is)
+            self.events.announce(uri, version)
+        with self.lock:
+            self.batches[uri].append(rows)
+            self.pending.append((uri, version, committed))
+            self.last_committed = max(self.last_committed, committed)
+
+    def poll(self, ports: list[int]) -> None:
+        versions: dict[str, int] = {}
+        tasks = 0
+        for port in ports:
+            for table in (status(port) or {}).get("tables", []):
+                versions[table["table"]] = max(versions.get(table["table"], -1), table["version"])
+                tasks += int(table.get("tasks", 0))
+        now = time.monotonic()
+        with self.lock:
+            self.tasks = max(self.tasks, tasks)
+            waiting = []
+            for uri, version, committed in self.pending:
+                if versions.get(uri, -1) >= version:
+                    self.latencies.append(now - committed)
+                    if committed - self.started >= FIRST_SECONDS:
+                        self.later.append(now - committed)
+                else:
+                    waiting.append((uri, version, committed))
+            self.pending = waiting
+
+    def run(self, ports: list[int]) -> None:
+        """Append for APPEND_SECONDS (tables in a shuffled cycle), then wait for every decision."""
+        stop = threading.Event()
+
+        def poller() -> None:
+            while not stop.wait(POLL_SECONDS):
+                self.poll(ports)
+
+        watcher = threading.Thread(target=poller, daemon=True)
+        watcher.start()
+        chosen = itertools.cycle(self.rng.permutation(self.uris))
+        with ThreadPoolExecutor(8) as pool:
+            started = self.started = time.monotonic()
+            appends = []
+            for index in range(int(self.rate * APPEND_SECONDS)):
+                time.sleep(max(0.0, started + index / self.rate - time.monotonic()))
+                appends.append(pool.submit(self.append, str(next(chosen))))
+            for append in appends:
+                append.result()  # a failed append fails the run (its rows would be missing from the check)
+        wait_until(lambda: not self.pending, "every append decided", 900)
+        stop.set()
+        watcher.join()
