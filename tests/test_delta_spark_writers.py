@@ -8,6 +8,7 @@ those appended).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,24 @@ def between_merge_and_commit(monkeypatch: pytest.MonkeyPatch, change: Any) -> li
     return statuses
 
 
+@pytest.fixture(scope="module")
+def shadow_rows(
+    sources: dict[str, Path], referee: Referee, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], tuple[int, str]]:
+    """The rows Delta Spark reads after a statement of THEIRS on a copy of the DML table that never saw recluster:
+    made once a statement, for both tests that check it."""
+    made: dict[str, tuple[int, str]] = {}
+
+    def rows_after(statement: str) -> tuple[int, str]:
+        if statement not in made:
+            shadow = copy(sources[DML_TABLE], tmp_path_factory.mktemp("shadow") / "t")
+            referee.sql(THEIRS[statement].format(t=f"delta.`{shadow}`"))
+            made[statement] = rows_digest(referee.read(shadow))
+        return made[statement]
+
+    return rows_after
+
+
 def final(path: Path, spark: Any) -> Any:
     settings = Settings(clustering=ClusteringSettings(target_rows=500))
     loader = snapshot_loader(str(path), settings, ["a"])
@@ -123,10 +142,15 @@ def final(path: Path, spark: Any) -> Any:
 
 @pytest.mark.parametrize("statement", list(THEIRS))
 def test_delta_spark_dml_committed_between_our_merge_and_commit_wins(
-    statement: str, sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path, monkeypatch: Any
+    statement: str,
+    sources: dict[str, Path],
+    referee: Referee,
+    spark: Any,
+    shadow_rows: Callable[[str], tuple[int, str]],
+    tmp_path: Path,
+    monkeypatch: Any,
 ) -> None:
     path = copy(sources[DML_TABLE], tmp_path / "t")
-    shadow = copy(sources[DML_TABLE], tmp_path / "shadow")
 
     def theirs_first(commit: Any) -> Any:
         referee.sql(THEIRS[statement].format(t=f"delta.`{path}`"))
@@ -134,21 +158,25 @@ def test_delta_spark_dml_committed_between_our_merge_and_commit_wins(
 
     statuses = between_merge_and_commit(monkeypatch, theirs_first)
     result = final(path, spark)
-    referee.sql(THEIRS[statement].format(t=f"delta.`{shadow}`"))
     assert statuses == [CommitStatus.CONFLICT], "their commit touched our inputs: ours must conflict"
     assert result.totals.failures == 0 and result.stop_reason == "within_threshold"  # the next round re-planned
-    assert rows_digest(referee.read(path)) == rows_digest(referee.read(shadow))
+    assert rows_digest(referee.read(path)) == shadow_rows(statement)
 
 
 @pytest.mark.parametrize("statement", list(THEIRS))
 def test_delta_spark_dml_racing_our_commit_is_decided_never_silent(
-    statement: str, sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path, monkeypatch: Any
+    statement: str,
+    sources: dict[str, Path],
+    referee: Referee,
+    spark: Any,
+    shadow_rows: Callable[[str], tuple[int, str]],
+    tmp_path: Path,
+    monkeypatch: Any,
 ) -> None:
     """Their statement starts as our commit is written: whichever commits second sees the other. If Delta refuses
     theirs (a concurrent-modification error), it is run again as a user would; it never applies silently twice
     or not at all."""
     path = copy(sources[DML_TABLE], tmp_path / "t")
-    shadow = copy(sources[DML_TABLE], tmp_path / "shadow")
     refused: list[str] = []
 
     def racing(commit: Any) -> Any:
@@ -171,8 +199,7 @@ def test_delta_spark_dml_racing_our_commit_is_decided_never_silent(
     for error in refused:
         assert "Concurrent" in error or "conflict" in error.lower(), error
         referee.sql(THEIRS[statement].format(t=f"delta.`{path}`"))
-    referee.sql(THEIRS[statement].format(t=f"delta.`{shadow}`"))
-    assert rows_digest(referee.read(path)) == rows_digest(referee.read(shadow))
+    assert rows_digest(referee.read(path)) == shadow_rows(statement)
 
 
 @pytest.mark.parametrize(
