@@ -571,12 +571,19 @@ def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
         return 0, str(error)
 
 
-class Rows:
-    """A micro-batch as the Delta-log trigger hands it to the handler (a DataFrame's collect())."""
+class Batch:
+    """A micro-batch as a source hands it to the handler (a DataFrame's collect()), from its rows as dicts."""
 
-    def __init__(self, commits: list[Any]) -> None:
-        fields = [column.split()[0] for column in SCHEMA.split(", ")]
-        self.rows = [SimpleNamespace(asDict=lambda c=c: dict(zip(fields, c.row(), strict=True))) for c in commits]
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = [SimpleNamespace(asDict=lambda row=row: row) for row in rows]
 
     def collect(self) -> list[Any]:
         return self.rows
+
+
+class Rows(Batch):
+    """A micro-batch as the Delta-log trigger hands it to the handler."""
+
+    def __init__(self, commits: list[Any]) -> None:
+        fields = [column.split()[0] for column in SCHEMA.split(", ")]
+        super().__init__([dict(zip(fields, c.row(), strict=True)) for c in commits])

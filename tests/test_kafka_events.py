@@ -5,7 +5,6 @@ broker: the events are the rows the commit-event source gives."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,7 @@ from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_tables import JobTables
 from recluster.settings import Settings, TableSettings
 from recluster.settings_discovery import DiscoverySettings, StorageRoot
-from tests.helpers import append_random, job_settings
+from tests.helpers import Batch, append_random, job_settings
 
 
 def event(table: Path, version: int) -> dict[str, Any]:
@@ -50,17 +49,6 @@ def test_a_job_reads_the_commits_of_the_tables_it_serves_only(tmp_path: Path) ->
     assert announced(sharing, ours, theirs) == set()
 
 
-class Events:
-    """A micro-batch of commit events as the Kafka source hands it to the handler (a DataFrame's collect())."""
-
-    def __init__(self, *announced: tuple[Path, int]) -> None:
-        events = [event(path, version) for path, version in announced]
-        self.rows = [SimpleNamespace(asDict=lambda e=e: e) for e in events]
-
-    def collect(self) -> list[Any]:
-        return self.rows
-
-
 def test_a_table_whose_announced_commit_cannot_be_read_fails_alone_and_comes_back(tmp_path: Path) -> None:
     """The commits events announce are read several tables at once; one that cannot be read fails that table (its
     error shown, its state dropped) while the batch decides the others, and its next event takes it up again."""
@@ -79,13 +67,13 @@ def test_a_table_whose_announced_commit_cannot_be_read_fails_alone_and_comes_bac
     aside = commit.rename(tmp_path / "aside.json")
     commit.mkdir()  # a commit file that cannot be read (not a missing one: that is a gap in the log)
 
-    handler(Events((broken, versions[broken]), (fine, versions[fine])), 1)
+    handler(Batch([event(broken, versions[broken]), event(fine, versions[fine])]), 1)
     assert handler.status[str(fine)].version == versions[fine] and handler.status[str(fine)].error is None
     assert handler.status[str(broken)].error is not None and str(broken) not in handler.tracked
 
     commit.rmdir()
     aside.rename(commit)
     append_random(broken, rng, 2)
-    handler(Events((broken, versions[broken] + 1)), 2)
+    handler(Batch([event(broken, versions[broken] + 1)]), 2)
     assert handler.status[str(broken)].version == versions[broken] + 1
     assert handler.status[str(broken)].error is None
