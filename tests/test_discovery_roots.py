@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,11 +14,11 @@ from deltalake import write_deltalake
 
 from recluster.core.errors import TableError
 from recluster.delta.log_writer import set_table_properties
-from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, RootScanner
+from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, FoundTable, RootScanner
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_discovery import SWEEP_PAUSE_SECONDS, JobDiscovery
 from recluster.settings import Settings
-from recluster.settings_discovery import DiscoverySettings, StorageRoot
+from recluster.settings_discovery import DiscoverySettings, LeaseSettings, StorageRoot
 from tests.helpers import main_json
 from tests.s3_server import S3Server
 
@@ -213,6 +214,33 @@ def test_an_unfinished_sweep_goes_on_at_the_next_pass_without_waiting_for_the_in
         periods.append(discovery.period())
     assert found == [1, 3, 5, 6, 6]  # each pass swept on; the fifth waits for the interval
     assert periods == [SWEEP_PAUSE_SECONDS] * 3 + [300.0] * 2
+
+
+def test_tables_left_to_take_up_when_a_pass_is_out_of_time_are_taken_up_at_once(tmp_path: Path) -> None:
+    """With leases a pass takes up for half a renewal (the lease passes must go on); the tables it could not start
+    are taken up by the next pass, after SWEEP_PAUSE_SECONDS rather than a whole renewal."""
+    lake = tmp_path / "lake"
+    for index in range(10):
+        write_deltalake(lake / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
+    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=4, renew_seconds=2)
+    root = StorageRoot(uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"})
+    settings = Settings(discovery=DiscoverySettings(roots=[root], leases=leases, threads=2))
+
+    def slow_take_up(table: FoundTable) -> int:
+        time.sleep(0.3)
+        return 0
+
+    discovery = JobDiscovery(settings, None, frozenset(), slow_take_up, lambda uri: None, None)
+    assert discovery.leases is not None
+    taken, periods = [], []
+    for _ in range(3):
+        discovery.leases.beat()
+        discovery.run_pass()
+        taken.append(len(discovery.found_by))
+        periods.append(discovery.period())
+    assert 0 < taken[0] < 10 and taken[1:] == [10, 10]  # a second of 0.3 s take-ups, 2 at a time
+    assert periods == [SWEEP_PAUSE_SECONDS, 2.0, 2.0]
+    assert len(discovery.leases.held) == 10  # claimed by the first pass, several at a time
 
 
 def test_a_root_that_does_not_exist_is_one_line(tmp_path: Path) -> None:

@@ -69,10 +69,16 @@ class JobDiscovery:
         self.errors: dict[str, str] = {}
         """Sources whose last pass failed, with their one-line error."""
         leases = settings.discovery.leases
-        self.leases = JobLeases(leases, dict(settings.storage_options)) if leases is not None else None
+        self.leases = (
+            JobLeases(leases, dict(settings.storage_options), threads=settings.discovery.threads)
+            if leases is not None
+            else None
+        )
         self.found: dict[str, FoundTable] = {}
         self.failed: set[str] = set()
         self.scanned_at = -float("inf")
+        self.deferred = False
+        """The last pass left tables of this job's to take up (its time was up): the next one follows at once."""
         self.sweeping = False
         """A root's sweep stopped at its listing budget: the next pass goes on with it, without waiting for the
         interval (a big root is swept in consecutive passes, one `period` apart)."""
@@ -114,10 +120,11 @@ class JobDiscovery:
 
     def period(self) -> float:
         """How often `run_pass` runs: the discovery interval, or the lease renewal when shorter; while a root's sweep is
-        unfinished, SWEEP_PAUSE_SECONDS (each pass still lists at most `max_listings` folders)."""
+        unfinished (each pass still lists at most `max_listings` folders) or tables wait to be taken up (a pass takes up
+        for half a renewal at most), SWEEP_PAUSE_SECONDS."""
         interval = self.settings.discovery.interval_seconds
         period = min(interval, self.leases.settings.renew_seconds) if self.leases is not None else interval
-        return min(period, SWEEP_PAUSE_SECONDS) if self.sweeping else period
+        return min(period, SWEEP_PAUSE_SECONDS) if self.sweeping or self.deferred else period
 
     def run_pass(self) -> DiscoveryChanges:
         """Scan the sources when the interval has passed, renew the leases, take up and let go accordingly."""
@@ -154,14 +161,17 @@ class JobDiscovery:
         def over_budget() -> bool:
             return self.leases is not None and time.monotonic() - started > self.leases.settings.renew_seconds / 2
 
+        deferred = False
         with ThreadPoolExecutor(self.settings.discovery.threads, "recluster-take-up") as pool:
             futures = {pool.submit(lambda t: None if over_budget() else self.take_up(t), t): t for t in tables}
             for future in as_completed(futures):
                 version, table = future.result(), futures[future]
+                deferred = deferred or version is None
                 if version is not None:
                     self.found_by[table.uri] = table.source
                     self.versions[table.uri] = version
                     self.options[table.uri] = table_storage_options(self.settings, table.settings)
+        self.deferred = deferred
 
     def _forget(self, uri: str) -> None:
         if self.found_by.pop(uri, None) is not None:

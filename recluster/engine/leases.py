@@ -10,7 +10,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from recluster.core.errors import first_line
@@ -44,8 +45,13 @@ class LeasePass:
 class JobLeases:
     """The claims this job holds, kept in memory: while it is alive no other job creates a newer claim on them."""
 
-    def __init__(self, settings: LeaseSettings, storage_options: dict[str, str], job: str | None = None) -> None:
+    def __init__(
+        self, settings: LeaseSettings, storage_options: dict[str, str], job: str | None = None, threads: int = 8
+    ) -> None:
+        """`threads`: the claims a lease pass reads and creates at once (`discovery.threads`): taking over a dead
+        job's share is a listing, a read and a create per table, which one after another made most of a takeover."""
         self.settings = settings
+        self.threads = threads
         self.job = job or new_job_id()
         self.store = LeaseStore(settings.root, {**storage_options, **settings.storage_options})
         self.held: dict[str, Claim] = {}
@@ -79,27 +85,28 @@ class JobLeases:
         alive = {job: beat for job, beat in beats.items() if beat.alive(now, self.settings.ttl_seconds)}
         alive[self.job] = Heartbeat(self.job, now, len(self.held))
         targets = balanced_owners(tables, list(alive))
-        taken, released = [], []
-        for table in sorted(set(tables) | set(self.held)):
-            target = targets.get(table)
-            if table not in self.held and target != self.job:
-                continue
-            try:
-                latest = self.held.get(table) or self.store.latest_claim(table)
-            except Exception as error:  # a malformed or unreadable lease: that table waits, the others go on
-                self.errors[table] = first_line(error)
-                log.error("recluster table=%s reason=bad_lease error=%s", table, self.errors[table])
-                continue
-            self.errors.pop(table, None)
-            action = claim_action(latest, self.job, target, alive, held=table in self.held)
-            if action is ClaimAction.RELEASE:
+        released = []
+        for table in sorted(self.held):
+            if claim_action(self.held[table], self.job, targets.get(table), alive, held=True) is ClaimAction.RELEASE:
                 let_go(table)  # its work ends before anyone may take it
                 held = self.held.pop(table)
                 self.store.create_claim(Claim(table, held.sequence + 1, None))
                 released.append(table)
-            elif action is ClaimAction.TAKE:
-                claim = Claim(table, latest.sequence + 1 if latest is not None else 0, self.job)
-                if self.store.create_claim(claim):
+        share = sorted(table for table, job in targets.items() if job == self.job and table not in self.held)
+        for table in set(self.errors) - set(share):  # no longer this job's to claim
+            del self.errors[table]
+        taken = []
+        with ThreadPoolExecutor(self.threads, "recluster-claims") as pool:
+            futures = {pool.submit(self._take, table, alive): table for table in share}
+            for future, table in futures.items():
+                try:
+                    claim = future.result()
+                except Exception as error:  # a malformed or unreadable lease: that table waits, the others go on
+                    self.errors[table] = first_line(error)
+                    log.error("recluster table=%s reason=bad_lease error=%s", table, self.errors[table])
+                    continue
+                self.errors.pop(table, None)
+                if claim is not None:
                     self.held[table] = claim
                     taken.append(table)
         self.fleet = tuple(sorted(alive.values(), key=lambda beat: beat.job))
@@ -107,3 +114,12 @@ class JobLeases:
         if taken or released:
             log.info("recluster job=%s %s", self.job, outcome)
         return outcome
+
+    def _take(self, table: str, alive: Mapping[str, Heartbeat]) -> Claim | None:
+        """Claim a table of this job's share if it is free: its claim, or None (another live job holds it, or another
+        job's claim of the same number came first)."""
+        latest = self.store.latest_claim(table)
+        if claim_action(latest, self.job, self.job, alive, held=False) is not ClaimAction.TAKE:
+            return None
+        claim = Claim(table, latest.sequence + 1 if latest is not None else 0, self.job)
+        return claim if self.store.create_claim(claim) else None
