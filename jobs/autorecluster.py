@@ -249,12 +249,26 @@ def beat(handler: ReclusterHandler, leases: JobLeases) -> None:
             log.error("recluster job=%s reason=heartbeat_failed error=%s", leases.job, first_line(error))
 
 
+STOP_POLL_SECONDS = 0.05
+"""How often a graceful stop looks for a moment between two triggers."""
+
+
+def between_triggers(query: Any) -> bool:
+    """Whether the query is between two triggers (or no longer runs): the moment to stop it."""
+    try:
+        return not query.status["isTriggerActive"]
+    except Exception:  # the query failed or stopped: nothing to wait for
+        return True
+
+
 def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float = 60.0) -> None:
-    """No new merges; let the running batch finish its merge and commit (bounded), then stop the query."""
+    """No new merges; let the running batch finish its merge and commit (bounded), then stop the query between two
+    triggers: stopped while Spark had started a batch, the batch's first Spark call was interrupted and Py4J logged its
+    traceback (harmless: the batch was not committed and runs again after a restart)."""
     handler.stopping.set()
     deadline = time.monotonic() + grace_seconds
-    while not handler.idle.wait(timeout=0.2) and time.monotonic() < deadline:
-        pass
+    while time.monotonic() < deadline and not (handler.idle.wait(timeout=0.2) and between_triggers(query)):
+        time.sleep(STOP_POLL_SECONDS)
     query.stop()
     for thread in handler.background:
         thread.join(timeout=max(deadline - time.monotonic(), 5.0))
