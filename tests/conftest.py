@@ -24,7 +24,7 @@ from tests.driver_jvm import start_drivers_fast  # noqa: E402
 from tests.helpers import QUICK_LOG  # noqa: E402
 from tests.hive_metastore import Metastore, metastore_missing  # noqa: E402
 from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars  # noqa: E402
-from tests.referee import Referee, referee_missing  # noqa: E402
+from tests.referee import LONG_LIVED_REFEREE, Referee, referee_missing  # noqa: E402
 from tests.s3_server import S3Server, moto_server  # noqa: E402
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -76,13 +76,14 @@ def _stub_service_programs(root: Path) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses a SERVICE_FIXTURES fixture (or carries the `spark` marker) `needs_services`; with
-    --quick, deselect the tests so marked (here or by hand)."""
+    """Mark every test that uses a SERVICE_FIXTURES fixture (or carries the `spark` marker) `needs_services`; put
+    the longest scopes first (SCOPE_SECONDS); with --quick, deselect the tests so marked (here or by hand)."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if fixtures & SERVICE_FIXTURES or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.needs_services)
         _check_worker_scope(item, fixtures)
+    items.sort(key=lambda item: _scope_order(_worker_scope(item.nodeid)))  # stable: a file's order kept
     if config.getoption("--quick"):
         slow = [item for item in items if item.get_closest_marker("needs_services")]
         if slow:
@@ -107,6 +108,37 @@ starts one Kafka broker, one standalone Spark cluster, and one Hive Metastore wi
 one per worker (or per file)."""
 
 
+SCOPE_SECONDS = {
+    "tests/test_delta_spark.py": 328,
+    "tests/test_delta_spark_writers.py": 281,
+    "tests/test_maintenance_delta_spark.py": 207,
+    "kafka-broker": 199,
+    "spark-cluster": 193,
+    "hive-metastore": 151,
+    "tests/test_exact_stats.py": 134,
+    "tests/test_log_state.py": 120,
+    "tests/test_first_look.py": 91,
+    "tests/test_watch_cli.py": 83,
+    "tests/test_fleet.py": 71,
+    "tests/reliability/test_storage_faults.py": 69,
+    "tests/reliability/test_crashes.py": 63,
+    "tests/test_table_shapes.py": 57,
+    "tests/test_s3.py": 56,
+    "tests/test_streaming_writers.py": 51,
+    "tests/test_advise.py": 46,
+    "tests/test_benefit_job.py": 44,
+    "tests/test_estimate.py": 43,
+    "tests/test_job.py": 42,
+}
+"""The worker seconds of the longest scopes (a full run, 2026-11-29): the scheduler hands them out first, longest
+first, and the many short scopes after, so the run does not end with one worker on a long file while the other is
+done (it did: 100 s of the 24 min). Only an order: a scope missing here runs among the short ones."""
+
+
+def _scope_order(scope: str) -> float:
+    return -SCOPE_SECONDS.get(scope, 0)
+
+
 def _worker_scope(nodeid: str) -> str:
     """What runs on one worker (`./dev test` runs a worker per core): a shared service's files together, else a
     file's tests together (its module-scoped fixtures are made once)."""
@@ -116,10 +148,14 @@ def _worker_scope(nodeid: str) -> str:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The full run's scheduler: pytest-xdist's scope scheduling on `_worker_scope` (its `--dist loadgroup` marks
-    are lost on pytest 9, whose node ids it cannot suffix). The quick run keeps the default: test by test."""
+    are lost on pytest 9, whose node ids it cannot suffix), the scopes in the collection's order, which
+    `pytest_collection_modifyitems` makes longest first (SCOPE_SECONDS). The quick run keeps the default: test by
+    test."""
     if config.getoption("--quick"):
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # xdist's own order: the scopes with the most tests first
 
     class ServiceScopes(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
@@ -220,9 +256,10 @@ def catalog_referee(metastore: Metastore, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="session")
 def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
-    """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py)."""
+    """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py), with the optimizing
+    compiler (LONG_LIVED_REFEREE)."""
     _installed_service("Delta Spark referee", referee_missing())
-    server = Referee(tmp_path_factory.mktemp("referee"))
+    server = Referee(tmp_path_factory.mktemp("referee"), conf=LONG_LIVED_REFEREE)
     yield server
     server.stop()
 

@@ -24,27 +24,19 @@ from recluster.delta.log_writer import commit_next_version, set_table_properties
 from recluster.delta.replay import LogState, replay_log, replays
 from recluster.engine.rounds import recluster_table, snapshot_loader
 from recluster.settings import CommitSettings
-from tests.delta_spark_tables import DML, Recipe, copy, rows, settings_for, write_table
+from tests.delta_spark_tables import DML, RECIPES, copy, rows, settings_for
 from tests.referee import Referee
 from tests.s3_server import S3Server
 
-RECIPE = Recipe(
-    "liquid-deletion-vectors-row-tracking",
-    {"delta.enableDeletionVectors": "true", "delta.enableRowTracking": "true", "delta.checkpointInterval": "3"},
-    clauses="CLUSTER BY (a, b)",
-    after=DML[:1],
-    key=None,
-    target_rows=150,
-)
+RECIPE = RECIPES["liquid-clustering"]
 """Liquid clustering, deletion vectors from a DELETE, row tracking, and a checkpoint at version 3 (the replay
-starts from the one `_last_checkpoint` names)."""
+starts from the one `_last_checkpoint` names): the shared feature table (tests/delta_spark_tables.py), written once
+a run."""
 
 
 @pytest.fixture(scope="module")
-def source(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("log-state") / "t"
-    write_table(referee, path, RECIPE)
-    return path
+def source(sources: dict[str, Path]) -> Path:
+    return sources[RECIPE.name]
 
 
 class DeltaRsLoads:
