@@ -1,9 +1,8 @@
 """The Delta Spark referee's CPU (tests/referee): the suite's feature tables (tests/delta_spark_tables.py) written by
-a fresh referee with the tests' settings, three times over (cold, warm, warmer), against three variants, the four
-alternating: with Spark's default expression code generation (generate, fall back to interpreting) instead of the
-tests' `spark.sql.codegen.factoryMode=NO_CODEGEN`, without the referee's class archive (tests/referee), and with the
-optimizing compiler the session's referee runs with (`LONG_LIVED_REFEREE`) instead of the quick one only. CPU seconds
-of the referee's process tree, which other load on the machine changes less than wall time. Run from the project root:
+a fresh referee with the tests' settings, once cold and once warm, against two variants, the three alternating: with
+Spark's default expression code generation (generate, fall back to interpreting) instead of the tests'
+`spark.sql.codegen.factoryMode=NO_CODEGEN`, and without the referee's class archive (tests/referee). CPU seconds of
+the referee's process tree, which other load on the machine changes less than wall time. Run from the project root:
 `python -m bench.referee_cpu_bench`. Why the suite's referee runs so (docs/getting-started.md#test-time). Writes
 bench/results/referee-cpu-<date>.json.
 """
@@ -19,7 +18,7 @@ from typing import Any
 from bench.common import cpu_seconds, log, process_stat, publish, quick_cli
 from tests.delta_spark_tables import RECIPES, write_table
 from tests.helpers import descendants
-from tests.referee import LONG_LIVED_REFEREE, Referee, referee_missing
+from tests.referee import Referee, referee_missing
 
 CODE_GENERATION = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 """Spark's default, over the tests' NO_CODEGEN (tests/referee/server.py)."""
@@ -35,22 +34,18 @@ MODES: dict[str, tuple[dict[str, str], str | None]] = {
     "tests": ({}, None),
     "generated": (CODE_GENERATION, None),
     "no-archive": ({}, ""),
-    "optimizing": (LONG_LIVED_REFEREE, None),
 }
 """Each variant's extra Spark settings and JVM options (None: the referee's class archive, as in the tests)."""
 
 
-PASSES = ("cold", "warm", "warmer")
-
-
 def write_every_table(work: Path, conf: dict[str, str], java_options: str | None) -> dict[str, float]:
-    """A fresh referee writes every recipe's table three times: its CPU to start, and the CPU and wall seconds of
-    each pass."""
+    """A fresh referee writes every recipe's table twice: its CPU to start, and the CPU and wall seconds of each
+    pass."""
     referee = Referee(work, conf=conf, java_options=java_options)
     try:
         pid = referee.pid
         measured: dict[str, float] = {"start_cpu": tree_cpu_seconds(pid)}
-        for attempt in PASSES:
+        for attempt in ("cold", "warm"):
             cpu, wall = tree_cpu_seconds(pid), time.perf_counter()
             for name, recipe in RECIPES.items():
                 write_table(referee, work / f"{attempt}-{name}", recipe)
@@ -97,21 +92,8 @@ def main(quick: bool = False) -> dict[str, Any]:
         ]
         for what, field in (("to start", "start_cpu"), ("writing the feature tables cold", "cold_cpu"))
     ]
-    rows += [
-        [
-            f"referee CPU writing the feature tables, {attempt}, median s (optimizing compiler vs quick only)",
-            median("optimizing", f"{attempt}_cpu"),
-            median("tests", f"{attempt}_cpu"),
-            median("optimizing", f"{attempt}_cpu") / median("tests", f"{attempt}_cpu"),
-            "",
-        ]
-        for attempt in PASSES
-    ]
     result = {"quick": quick, "recipes": list(RECIPES), "runs": runs, "load": os.getloadavg()}
-    what = (
-        "the referee's CPU with and without expression code generation, with and without its class archive, and with "
-        "the quick compiler only or the optimizing one"
-    )
+    what = "the referee's CPU with and without expression code generation, and with and without its class archive"
     return publish("referee-cpu", what, quick, rows, result)
 
 

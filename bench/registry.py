@@ -106,7 +106,7 @@ BENCHMARKS = (
         "referee-cpu",
         "bench.referee_cpu_bench",
         "the Delta Spark referee's CPU writing the suite's feature tables with the tests' settings against Spark's "
-        "expression code generation, against no class archive, and against the optimizing compiler",
+        "expression code generation and against no class archive",
         "referee-cpu",
         ("referee-cpu-quick-2026-11-28.json",),
         needs=REFEREE,
