@@ -24,7 +24,7 @@ from tests.driver_jvm import start_drivers_fast  # noqa: E402
 from tests.helpers import QUICK_LOG  # noqa: E402
 from tests.hive_metastore import Metastore, metastore_missing  # noqa: E402
 from tests.kafka_broker import Broker, kafka_missing, spark_kafka_jars  # noqa: E402
-from tests.referee import LONG_LIVED_REFEREE, Referee, referee_missing  # noqa: E402
+from tests.referee import Referee, referee_missing  # noqa: E402
 from tests.s3_server import S3Server, moto_server  # noqa: E402
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -256,10 +256,9 @@ def catalog_referee(metastore: Metastore, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="session")
 def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
-    """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py), with the optimizing
-    compiler (LONG_LIVED_REFEREE)."""
+    """Delta Spark 4.4 in its own venv and JVM, one for the session (tests/test_delta_spark.py)."""
     _installed_service("Delta Spark referee", referee_missing())
-    server = Referee(tmp_path_factory.mktemp("referee"), conf=LONG_LIVED_REFEREE)
+    server = Referee(tmp_path_factory.mktemp("referee"))
     yield server
     server.stop()
 

@@ -24,13 +24,6 @@ REFEREE_JARS = Path(os.environ.get("RECLUSTER_REFEREE_JARS", VENV / "referee" / 
 ARCHIVES = VENV / "referee" / "archive"
 
 
-LONG_LIVED_REFEREE = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
-"""The settings of a referee that serves a whole run: the optimizing compiler back on (the tests' shortcuts stop at
-the quick one, tests/referee/server.py). Writing the feature tables three times over in one JVM took 92.5, 41.6 and
-34.4 CPU s with it against 67.0, 48.9 and 46.0 without (wall 52.5, 30.8, 26.0 against 53.3, 43.3, 40.9 s; one run
-each, 2026-11-29): it costs at the start and pays from the third pass; a worker's referee serves dozens."""
-
-
 class RefereeError(RuntimeError):
     """Delta Spark refused a request: the message is its exception."""
 
@@ -239,7 +232,6 @@ def referee_java_options() -> str:
 
 
 __all__ = [
-    "LONG_LIVED_REFEREE",
     "REFEREE_JARS",
     "REFEREE_PYTHON",
     "Referee",
