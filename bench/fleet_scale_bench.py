@@ -169,6 +169,11 @@ def run_fleet(
     return result
 
 
+def default_tables(quick: bool) -> int:
+    """The lake's size unless `--tables` says otherwise: the acceptance run's, or the quick run's."""
+    return 300 if quick else 10_000
+
+
 def main(
     quick: bool = False,
     tables: int | None = None,
@@ -178,7 +183,7 @@ def main(
     rate: float = RATE,
     interval: float = INTERVAL_SECONDS,
 ) -> dict[str, Any]:
-    shape = Fleet(tables or (300 if quick else 10_000), jobs, rate, interval)
+    shape = Fleet(tables or default_tables(quick), jobs, rate, interval)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="recluster-fleet-") as work_dir, moto_server(Path(work_dir)) as s3:
         work = Path(work_dir)
@@ -225,6 +230,7 @@ def main(
     kind = "".join(
         (
             "fleet-scale-kafka" if broker is not None else "fleet-scale",
+            f"-tables{shape.tables}" if shape.tables != default_tables(quick) else "",
             f"-rate{rate:g}" if rate != RATE else "",
             f"-interval{interval:g}" if interval != INTERVAL_SECONDS else "",
         )
