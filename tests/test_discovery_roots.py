@@ -132,30 +132,40 @@ def test_a_known_table_is_listed_once_in_ten_sweeps_and_a_removed_one_is_let_go(
     assert full_sweep(scanner, RECHECK_EVERY_SWEEPS)[-1][1] == ["x/y/c"]
 
 
-def test_a_table_another_job_owns_has_its_properties_read_at_its_turn_only(s3: S3Server) -> None:
-    """Jobs sharing a root: the table this job owns ("a") has its next commit probed at every sweep, a property set
-    on it seen at the next; an unchanged table another job owns ("x/y/c") costs one request in ten sweeps, and a
-    property set on one ("x/b") is seen by the sweep that checks it, within ten."""
+def test_a_job_reads_the_properties_of_the_tables_it_holds_only_and_of_one_as_it_claims_it(s3: S3Server) -> None:
+    """Jobs sharing a root: every sweep lists every table (the jobs split them all, whatever their properties), but
+    reads the log of the tables this job holds only ("a": its next commit probed at every sweep, a property set on
+    it seen at the next); the others' logs are never read, until this job claims one ("x/b"): `open_claimed` reads
+    it then, once a sweep."""
     root = s3.table_uri("warehouse")
     make_tables(root, s3.options())
+    held = {f"{root}/a"}
     scanner = RootScanner(
         StorageRoot(uri=root + "/", max_depth=3, storage_options=s3.options(), where={"recluster.policy": "levels"}),
         Settings(),
-        owns=lambda uri: uri.endswith("/a"),
+        owns=lambda uri: uri in held,
     )
-    assert full_sweep(scanner, 1) == [(True, ["a"])]
     prefix = root.removeprefix(f"s3://{s3.bucket}/")
 
     def log_requests(before: int, table: str) -> int:
         return sum(f"/{prefix}/{table}/_delta_log/" in line for line in s3.requests()[before:])
 
     before = len(s3.requests())
+    scan = scanner.scan()
+    assert scan.complete and [t.uri for t in scan.tables] == [f"{root}/a"]
+    assert scan.listed == tuple(f"{root}/{name}" for name in ("a", "x/b", "x/y/c"))
+    assert [log_requests(before, table) for table in ("x/b", "x/y/c")] == [0, 0]  # their folders listed, no log read
+    before = len(s3.requests())
     assert full_sweep(scanner, RECHECK_EVERY_SWEEPS) == [(True, ["a"])] * RECHECK_EVERY_SWEEPS
-    assert [log_requests(before, table) for table in ("a", "x/b", "x/y/c")] == [RECHECK_EVERY_SWEEPS, 1, 1]
+    assert [log_requests(before, table) for table in ("a", "x/b", "x/y/c")] == [RECHECK_EVERY_SWEEPS, 0, 0]
     set_table_properties(f"{root}/a", {"recluster.policy": "absorb"}, s3.options())
     set_table_properties(f"{root}/x/b", {"recluster.policy": "levels"}, s3.options())
-    assert full_sweep(scanner, 1)[0][1] in ([], ["x/b"])  # "a" filtered out at once
-    assert full_sweep(scanner, RECHECK_EVERY_SWEEPS)[-1][1] == ["x/b"]
+    assert full_sweep(scanner, 1) == [(True, [])]  # "a" filtered out at once; "x/b" another job's
+    held.add(f"{root}/x/b")  # claimed: read now, and not again before the next sweep
+    assert [t.uri for t in scanner.open_claimed(sorted(held))] == [f"{root}/x/b"]
+    before = len(s3.requests())
+    assert scanner.open_claimed(sorted(held)) == [] and len(s3.requests()) == before
+    assert full_sweep(scanner, 1) == [(True, ["x/b"])]
 
 
 def test_an_unreadable_table_is_one_line_and_the_roots_other_tables_go_on(

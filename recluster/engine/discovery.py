@@ -29,11 +29,9 @@ DELTA_PROVIDER = "delta"
 LISTING_ATTEMPTS = 3
 """A database's tables are listed again when one was dropped while Spark described them (seen in a test)."""
 RECHECK_EVERY_SWEEPS = 10
-"""A table the last sweep found is checked in full at one sweep in this many (its turn, spread over the tables by
-name): its folder listed to confirm its `_delta_log/` is still there, and, when another job owns it, its properties
-brought up to date. At the other sweeps it is taken as a table from its parent's listing, and only the tables the job
-owns have their properties read: a sweep of an unchanged root is a LIST per folder holding tables, and a request per
-owned table, not a LIST and reads of every table in every job."""
+"""A table the last sweep found has its folder listed to confirm its `_delta_log/` is still there at one sweep in this
+many (its turn, spread over the tables by name); at the other sweeps it is taken as a table from its parent's
+listing: a sweep of an unchanged root is a LIST per folder holding tables, not a LIST of every table."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +54,9 @@ class SourceScan:
     tables: tuple[FoundTable, ...]
     complete: bool
     error: str | None = None
+    listed: tuple[str, ...] = ()
+    """Every table the source lists, whatever its properties (with leases, the tables the jobs split: a job reads the
+    properties of its own tables only)."""
 
 
 def in_turn(uri: str, passes: int) -> bool:
@@ -66,21 +67,17 @@ def in_turn(uri: str, passes: int) -> bool:
 class OwnProperties:
     """Tables' own properties, each read from its log once and then kept current from the commits after it: a pass
     over a source it has seen before costs one request per table (for its next commit file, absent when unchanged)
-    and one or two more per new commit, not a replay of every log. With `owns` (jobs sharing the tables), a table
-    another job owns is brought up to date at its turn only (RECHECK_EVERY_SWEEPS). Thread-safe for distinct tables
-    (discovery reads `discovery.threads` at once)."""
+    and one or two more per new commit, not a replay of every log. Thread-safe for distinct tables (discovery reads
+    `discovery.threads` at once)."""
 
-    def __init__(self, owns: Callable[[str], bool] | None = None) -> None:
+    def __init__(self) -> None:
         self.known: dict[str, tuple[int, dict[str, str]]] = {}
         """Per table: the version its properties are current at, and the properties."""
-        self.owns = owns
         self.passes = 0
         """Complete passes over the source (each ends with `keep_only`)."""
 
     def get(self, uri: str, options: Mapping[str, str]) -> dict[str, str]:
         known = self.known.get(uri)
-        if known is not None and self.owns is not None and not self.owns(uri) and not in_turn(uri, self.passes):
-            return known[1]  # another job's table, not its turn: as last read, no request
         if known is None:
             from deltalake import DeltaTable
 
@@ -133,8 +130,10 @@ class RootScanner:
     did not reach wait for the next pass, so a full sweep of a big root spans several passes."""
 
     def __init__(self, root: StorageRoot, settings: Settings, owns: Callable[[str], bool] | None = None) -> None:
-        """`owns`: whether this job owns a table (jobs sharing tables): the properties of a table another job owns
-        are read at its turn only (RECHECK_EVERY_SWEEPS); None: every table's at every sweep."""
+        """`owns`: whether this job holds a table's lease (jobs sharing tables): the properties of a table another job
+        owns are never read (`open_claimed` reads a table's as this job claims it); None: every table's at every
+        sweep."""
+        self.owns = owns
         self.root = root
         self.uri = normalize_uri(root.uri)
         self.options = {**settings.storage_options, **root.storage_options}
@@ -143,7 +142,9 @@ class RootScanner:
         self.pending: deque[tuple[str, int]] = deque()
         self.sweep: dict[str, FoundTable] = {}
         self.last_sweep: tuple[FoundTable, ...] = ()
-        self.properties = OwnProperties(owns)
+        self.properties = OwnProperties()
+        self.read: set[str] = set()
+        """The tables whose properties this sweep read (taken or filtered out): `open_claimed` skips them."""
         self.swept: set[str] = set()
         """The tables the current sweep found so far, filtered out or not."""
         self.known: frozenset[str] = frozenset()
@@ -155,7 +156,7 @@ class RootScanner:
         filesystem = table_filesystem(self.uri, self.options)
         if not self.pending:
             self.pending.append(("", 0))
-            self.sweep, self.swept = {}, set()
+            self.sweep, self.swept, self.read = {}, set(), set()
         listings, tables = 0, []
         while self.pending and listings < self.root.max_listings:
             folder, depth = self.pending.popleft()
@@ -179,14 +180,23 @@ class RootScanner:
                             self.swept.add(uri)
                         else:
                             self.pending.append((path, depth + 1))
-        self._open(tables)
+        self._open([uri for uri in tables if self.owns is None or self.owns(uri)])
         if not self.pending:
             self.last_sweep = tuple(self.sweep.values())
             self.properties.keep_only(self.swept)
             self.known = frozenset(self.swept)
-            return SourceScan(self.uri, self.last_sweep, complete=True)
+            return SourceScan(self.uri, self.last_sweep, complete=True, listed=tuple(sorted(self.swept)))
         found = {table.uri: table for table in (*self.last_sweep, *self.sweep.values())}  # this sweep's, newer
-        return SourceScan(self.uri, tuple(found.values()), complete=False)
+        listed = tuple(sorted(self.known | self.swept))
+        return SourceScan(self.uri, tuple(found.values()), complete=False, listed=listed)
+
+    def open_claimed(self, uris: Collection[str]) -> list[FoundTable]:
+        """The tables of this root this job holds whose properties this sweep has not read (it claimed them since
+        the sweep listed them): read now, those that pass the root's filter."""
+        mine = self.known | self.swept
+        unread = [uri for uri in uris if uri in mine and uri not in self.read]
+        self._open(unread)
+        return [self.sweep[uri] for uri in unread if uri in self.sweep]
 
     def _still_a_table(self, uri: str) -> bool:
         """Whether a folder the last sweep found to be a table is taken as one without listing it (a table whose
@@ -198,6 +208,7 @@ class RootScanner:
         be read is one line: it stays found if the last sweep found it (nothing is let go on a read error), else it
         waits for the next sweep; the root's other tables go on."""
         previous = {table.uri: table for table in self.last_sweep}
+        self.read.update(uris)
 
         def opened(uri: str) -> FoundTable | None:
             try:
@@ -252,7 +263,7 @@ def catalog_scan(spark: Any, source: CatalogSource, settings: Settings, properti
             if table is not None:
                 found.append(table)
     properties.keep_only(seen)
-    return SourceScan(source.name, tuple(found), complete=True)
+    return SourceScan(source.name, tuple(found), complete=True, listed=tuple(sorted(seen)))
 
 
 def _namespaces(spark: Any, catalog: str) -> list[str]:

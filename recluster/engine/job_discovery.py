@@ -56,7 +56,13 @@ class JobDiscovery:
         loaded at (-1: not loaded), which the source starts after."""
         self.settings = settings
         self.spark = spark
-        owns = self.watches if settings.discovery.leases is not None else None  # jobs sharing the tables
+        leases = settings.discovery.leases
+        self.leases = (
+            JobLeases(leases, dict(settings.storage_options), threads=settings.discovery.threads)
+            if leases is not None
+            else None
+        )
+        owns = self.holds if self.leases is not None else None  # jobs sharing the tables
         self.scanners = [RootScanner(root, settings, owns) for root in settings.discovery.roots]
         self.catalog_properties = [OwnProperties() for _ in settings.discovery.catalogs]
         self.take_up, self.let_go = take_up, let_go
@@ -68,13 +74,9 @@ class JobDiscovery:
         """Found tables the job watches, each with the source that found it."""
         self.errors: dict[str, str] = {}
         """Sources whose last pass failed, with their one-line error."""
-        leases = settings.discovery.leases
-        self.leases = (
-            JobLeases(leases, dict(settings.storage_options), threads=settings.discovery.threads)
-            if leases is not None
-            else None
-        )
         self.found: dict[str, FoundTable] = {}
+        self.discovered: frozenset[str] = frozenset()
+        """Every table the sources list, whatever its properties: with leases, the tables the jobs split."""
         self.failed: set[str] = set()
         self.scanned_at = -float("inf")
         self.deferred = False
@@ -83,9 +85,9 @@ class JobDiscovery:
         """A root's sweep stopped at its listing budget: the next pass goes on with it, without waiting for the
         interval (a big root is swept in consecutive passes, one `period` apart)."""
 
-    def watches(self, uri: str) -> bool:
-        """Whether this job watches a table it found (with leases: owns it)."""
-        return uri in self.found_by
+    def holds(self, uri: str) -> bool:
+        """Whether this job holds the table's lease (its properties are this job's to read)."""
+        return self.leases is not None and uri in self.leases.held
 
     def may_work(self) -> bool:
         """False while this job's leases may have lapsed (docs/discovery.md#several-jobs)."""
@@ -100,7 +102,7 @@ class JobDiscovery:
             "job": self.leases.job,
             "jobs": jobs,
             "tables": sum(beat.owned for beat in self.leases.fleet),
-            "found": len(self.found),
+            "found": len(self.discovered),
             "lease_errors": dict(self.leases.errors),
         }
 
@@ -137,13 +139,16 @@ class JobDiscovery:
                 for table in scan.tables:
                     self.found.setdefault(table.uri, table)
             self.failed = {scan.source for scan in scans if not scan.complete}
+            self.discovered = frozenset(uri for scan in scans for uri in scan.listed)
             self.sweeping = any(not scan.complete and scan.error is None for scan in scans)
         found = self.found
         started = time.monotonic()
         if self.leases is not None:  # this job's share only: a table released is let go first
             kept = {uri for uri, source in self.found_by.items() if source in self.failed}  # its source failed
-            owned = self.leases.run_pass(sorted(set(found) | kept), self._forget).owned
-            found = {uri: table for uri, table in found.items() if uri in owned}
+            owned = self.leases.run_pass(sorted(self.discovered | kept), self._forget).owned
+            for scanner in self.scanners:  # claimed since the sweep listed them: their properties now
+                self.found.update((table.uri, table) for table in scanner.open_claimed(owned))
+            found = {uri: table for uri, table in self.found.items() if uri in owned}
         changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, self.failed, self.listed)
         for uri in changes.dropped:
             self._forget(uri)
