@@ -160,7 +160,7 @@ BENCHMARKS = (
             "fleet-scale-kafka-rate5-quick-2026-11-29.json",
             "fleet-scale-kafka-tables1000-rate5-2026-11-29.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-serial-claims-2026-11-29.json",
-            "fleet-scale-kafka-tables1000-rate5-interval300-2026-11-29.json",
+            "fleet-scale-kafka-tables1000-rate5-interval300-before-split-2026-11-29.json",
             "fleet-scale-kafka-attempt-2026-11-29.json",
         ),
         args=("--source", "both"),
