@@ -191,10 +191,9 @@ class RootScanner:
         return SourceScan(self.uri, tuple(found.values()), complete=False, listed=listed)
 
     def open_claimed(self, uris: Collection[str]) -> list[FoundTable]:
-        """The tables of this root this job holds whose properties this sweep has not read (it claimed them since
-        the sweep listed them): read now, those that pass the root's filter."""
-        mine = self.known | self.swept
-        unread = [uri for uri in uris if uri in mine and uri not in self.read]
+        """Of the tables this job just claimed, those of this root whose properties this sweep has not read (it
+        claimed them since the sweep listed them): read now, those that pass the root's filter."""
+        unread = [uri for uri in uris if (uri in self.known or uri in self.swept) and uri not in self.read]
         self._open(unread)
         return [self.sweep[uri] for uri in unread if uri in self.sweep]
 

@@ -145,10 +145,10 @@ class JobDiscovery:
         started = time.monotonic()
         if self.leases is not None:  # this job's share only: a table released is let go first
             kept = {uri for uri, source in self.found_by.items() if source in self.failed}  # its source failed
-            owned = self.leases.run_pass(sorted(self.discovered | kept), self._forget).owned
+            lease_pass = self.leases.run_pass(sorted(self.discovered | kept), self._forget)
             for scanner in self.scanners:  # claimed since the sweep listed them: their properties now
-                self.found.update((table.uri, table) for table in scanner.open_claimed(owned))
-            found = {uri: table for uri, table in self.found.items() if uri in owned}
+                self.found.update((table.uri, table) for table in scanner.open_claimed(lease_pass.taken))
+            found = {uri: table for uri, table in self.found.items() if uri in lease_pass.owned}
         changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, self.failed, self.listed)
         for uri in changes.dropped:
             self._forget(uri)
