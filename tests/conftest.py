@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [item for item in items if not item.get_closest_marker("needs_services")]
 
 
-SHARED_SERVICE_FILES = {
+SHARED_SCOPE_FILES = {
     "tests/test_kafka.py": "kafka-broker",
     "tests/test_kafka_groups.py": "kafka-broker",
     "tests/test_kafka_security.py": "kafka-broker",
@@ -102,21 +102,24 @@ SHARED_SERVICE_FILES = {
     "tests/test_discovery_catalog.py": "hive-metastore",
     "tests/test_hive_metastore.py": "hive-metastore",
     "tests/test_table_names_catalog.py": "hive-metastore",
+    "tests/test_delta_spark.py": "delta-spark-tables",
+    "tests/test_delta_spark_writers.py": "delta-spark-tables",
+    "tests/test_maintenance_delta_spark.py": "delta-spark-tables",
+    "tests/test_log_state.py": "delta-spark-tables",
 }
-"""The files whose tests share one service between them: pytest-xdist runs each group on one worker, so the run
-starts one Kafka broker, one standalone Spark cluster, and one Hive Metastore with its Delta Spark, at a time, not
-one per worker (or per file)."""
+"""The files whose tests share one expensive thing between them: pytest-xdist runs each group on one worker, so the
+run starts one Kafka broker, one standalone Spark cluster, and one Hive Metastore with its Delta Spark, at a time,
+not one per worker (or per file); and the files using the feature tables Delta Spark writes once a run (`sources`)
+run after one another on the worker that wrote them (in separate scopes, the second worker waited on the first's
+lock for the two minutes of writing: a worker idle at the start of every run)."""
 
 
 SCOPE_SECONDS = {
-    "tests/test_delta_spark.py": 328,
-    "tests/test_delta_spark_writers.py": 281,
-    "tests/test_maintenance_delta_spark.py": 207,
+    "delta-spark-tables": 720,
     "kafka-broker": 199,
     "spark-cluster": 193,
     "hive-metastore": 151,
     "tests/test_exact_stats.py": 134,
-    "tests/test_log_state.py": 120,
     "tests/test_first_look.py": 91,
     "tests/test_watch_cli.py": 83,
     "tests/test_fleet.py": 71,
@@ -140,10 +143,10 @@ def _scope_order(scope: str) -> float:
 
 
 def _worker_scope(nodeid: str) -> str:
-    """What runs on one worker (`./dev test` runs a worker per core): a shared service's files together, else a
-    file's tests together (its module-scoped fixtures are made once)."""
+    """What runs on one worker (`./dev test` runs a worker per core): a group of SHARED_SCOPE_FILES together, else
+    a file's tests together (its module-scoped fixtures are made once)."""
     path = nodeid.split("::", 1)[0]
-    return SHARED_SERVICE_FILES.get(path, path)
+    return SHARED_SCOPE_FILES.get(path, path)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -165,8 +168,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
-    """A test of the Kafka broker, a standalone cluster or the metastore outside SHARED_SERVICE_FILES would start a
-    second one on another worker: refuse the run until it is listed."""
+    """A test of the Kafka broker, a standalone cluster or the metastore outside SHARED_SCOPE_FILES would start a
+    second one on another worker (one of the feature tables, wait for them there): refuse the run until it is
+    listed."""
     needs = (
         "kafka-broker"
         if "broker" in fixtures
@@ -174,11 +178,13 @@ def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
         if item.get_closest_marker("spark_cluster")
         else "hive-metastore"
         if "metastore" in fixtures
+        else "delta-spark-tables"
+        if "sources" in fixtures
         else None
     )
     if needs is not None and _worker_scope(item.nodeid) != needs:
         raise pytest.UsageError(
-            f"{item.nodeid} uses the {needs}: list its file in SHARED_SERVICE_FILES (tests/conftest.py)"
+            f"{item.nodeid} uses the {needs}: list its file in SHARED_SCOPE_FILES (tests/conftest.py)"
         )
 
 
