@@ -16,7 +16,8 @@ from recluster.core.errors import TableError
 from recluster.delta.log_writer import set_table_properties
 from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, FoundTable, RootScanner
 from recluster.engine.handler import ReclusterHandler
-from recluster.engine.job_discovery import SWEEP_PAUSE_SECONDS, JobDiscovery
+from recluster.engine.job_discovery import EXPIRY_MARGIN_SECONDS, SWEEP_PAUSE_SECONDS, JobDiscovery
+from recluster.engine.leases import JobLeases
 from recluster.settings import Settings
 from recluster.settings_discovery import DiscoverySettings, LeaseSettings, StorageRoot
 from tests.helpers import main_json
@@ -251,6 +252,39 @@ def test_tables_left_to_take_up_when_a_pass_is_out_of_time_are_taken_up_at_once(
     assert 0 < taken[0] < 10 and taken[1:] == [10, 10]  # a second of 0.3 s take-ups, 2 at a time
     assert periods == [SWEEP_PAUSE_SECONDS, 2.0, 2.0]
     assert len(discovery.leases.held) == 10  # claimed by the first pass, several at a time
+
+
+def test_a_pass_follows_right_after_another_owners_heartbeat_expires_and_takes_its_tables(tmp_path: Path) -> None:
+    """A job that stops beating is dead `ttl_seconds` after its last heartbeat: the survivor's next lease pass comes
+    then (plus EXPIRY_MARGIN_SECONDS), not up to a renewal later, and claims the dead job's tables."""
+    lake = tmp_path / "lake"
+    for index in range(6):
+        write_deltalake(lake / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
+    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=3, renew_seconds=1.5)
+    root = StorageRoot(uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"})
+    settings = Settings(discovery=DiscoverySettings(roots=[root], leases=leases))
+    other = JobLeases(leases, {}, job="other")
+    other.beat()
+    other.run_pass([str(lake / f"t{index}") for index in range(6)], lambda uri: None)  # alone: it owns all six
+    other.beat()
+    died = time.time()  # no heartbeat from it after this
+    survivor = JobDiscovery(settings, None, frozenset(), lambda table: 0, lambda uri: None, None)
+    assert survivor.leases is not None
+    survivor.leases.beat()
+    survivor.run_pass()
+    assert len(survivor.found_by) == 0  # the other job holds all six and lives (it would release three)
+    assert survivor.period() == leases.renew_seconds  # its expiry is further away than a renewal
+    time.sleep(max(died + leases.ttl_seconds - leases.renew_seconds + EXPIRY_MARGIN_SECONDS + 0.3 - time.time(), 0))
+    survivor.leases.beat()
+    survivor.run_pass()
+    assert len(survivor.found_by) == 0
+    wait = survivor.period()
+    assert wait < leases.renew_seconds
+    assert wait == pytest.approx(died + leases.ttl_seconds + EXPIRY_MARGIN_SECONDS - time.time(), abs=0.1)
+    time.sleep(wait)
+    survivor.run_pass()
+    assert len(survivor.found_by) == 6  # the dead job's, claimed at the first pass after its expiry
+    assert survivor.leases.next_expiry is None
 
 
 def test_a_root_that_does_not_exist_is_one_line(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recluster.core.leases import Claim, balanced_owners, table_key
+from recluster.core.leases import Claim, Heartbeat, balanced_owners, first_expiry, table_key
 from recluster.engine.leases import JobLeases
 from recluster.settings_discovery import LeaseSettings
 
@@ -99,3 +99,9 @@ def test_when_a_job_goes_most_tables_keep_their_owner() -> None:
 def test_renewal_must_come_before_expiry() -> None:
     with pytest.raises(ValueError, match="renew_seconds must be at most half of ttl_seconds"):
         LeaseSettings(root="/x", ttl_seconds=10, renew_seconds=6)
+
+
+def test_the_first_expiry_is_that_of_the_oldest_other_job_owning_tables() -> None:
+    beats = [Heartbeat("me", 100.0, 5), Heartbeat("idle", 90.0, 0), Heartbeat("a", 110.0, 3), Heartbeat("b", 95.0, 2)]
+    assert first_expiry(beats, "me", 30.0) == 125.0  # b's: not this job's own, nor a job owning nothing
+    assert first_expiry(beats[:2], "me", 30.0) is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -30,6 +30,10 @@ class Heartbeat:
 
     def alive(self, now: float, ttl_seconds: float) -> bool:
         return now - self.written_at < ttl_seconds
+
+    def expires_at(self, ttl_seconds: float) -> float:
+        """When this job is taken for dead unless it writes a newer heartbeat."""
+        return self.written_at + ttl_seconds
 
     def to_json(self) -> bytes:
         return json.dumps({"job": self.job, "written_at": self.written_at, "owned": self.owned}).encode()
@@ -127,3 +131,9 @@ def claim_action(
     if holder is None or holder not in alive:
         return ClaimAction.TAKE
     return ClaimAction.WAIT
+
+
+def first_expiry(beats: Iterable[Heartbeat], job: str, ttl_seconds: float) -> float | None:
+    """When the first other job that owns tables is taken for dead unless it beats again (None: no such job): a lease
+    pass then finds its tables free at once, not up to a renewal later (docs/discovery.md#several-jobs)."""
+    return min((beat.expires_at(ttl_seconds) for beat in beats if beat.job != job and beat.owned), default=None)

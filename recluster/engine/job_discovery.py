@@ -29,6 +29,8 @@ log = logging.getLogger("recluster.discovery")
 
 SWEEP_PAUSE_SECONDS = 1.0
 """The pause between the passes of an unfinished sweep of a root (docs/discovery.md)."""
+EXPIRY_MARGIN_SECONDS = 0.5
+"""How long after another job's heartbeat expires the next lease pass runs: late enough to find it expired."""
 
 
 def write_tables_file(path: str, versions: Mapping[str, int], options: Mapping[str, Mapping[str, str]]) -> None:
@@ -121,11 +123,18 @@ class JobDiscovery:
         return scans
 
     def period(self) -> float:
-        """How often `run_pass` runs: the discovery interval, or the lease renewal when shorter; while a root's sweep is
-        unfinished (each pass still lists at most `max_listings` folders) or tables wait to be taken up (a pass takes up
-        for half a renewal at most), SWEEP_PAUSE_SECONDS."""
+        """How long until the next `run_pass`: the discovery interval, or the lease renewal when shorter; while a
+        root's sweep is unfinished (each pass still lists at most `max_listings` folders) or tables wait to be taken
+        up (a pass takes up for half a renewal at most), SWEEP_PAUSE_SECONDS; and with leases, no later than just
+        after another job owning tables would be taken for dead (its tables are claimed then, not up to a renewal
+        later: a takeover's time)."""
         interval = self.settings.discovery.interval_seconds
-        period = min(interval, self.leases.settings.renew_seconds) if self.leases is not None else interval
+        if self.leases is None:
+            period = interval
+        else:
+            period = min(interval, self.leases.settings.renew_seconds)
+            if self.leases.next_expiry is not None:
+                period = min(period, max(self.leases.next_expiry - time.time(), 0.0) + EXPIRY_MARGIN_SECONDS)
         return min(period, SWEEP_PAUSE_SECONDS) if self.sweeping or self.deferred else period
 
     def run_pass(self) -> DiscoveryChanges:
