@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.errors import TableError
 from recluster.delta.log_writer import set_table_properties
@@ -162,8 +162,11 @@ def test_a_job_reads_the_properties_of_the_tables_it_holds_only_and_of_one_as_it
     set_table_properties(f"{root}/a", {"recluster.policy": "absorb"}, s3.options())
     set_table_properties(f"{root}/x/b", {"recluster.policy": "levels"}, s3.options())
     assert full_sweep(scanner, 1) == [(True, [])]  # "a" filtered out at once; "x/b" another job's
-    held.add(f"{root}/x/b")  # claimed: read now, and not again before the next sweep
+    held.add(f"{root}/x/b")  # claimed: read now (opened: no probe for a next commit), not again before the next sweep
+    before = len(s3.requests())
     assert [t.uri for t in scanner.open_claimed(sorted(held))] == [f"{root}/x/b"]
+    version = DeltaTable(f"{root}/x/b", storage_options=s3.options()).version()
+    assert not [line for line in s3.requests()[before:] if f"/x/b/_delta_log/{version + 1:020d}.json" in line]
     before = len(s3.requests())
     assert scanner.open_claimed(sorted(held)) == [] and len(s3.requests()) == before
     assert full_sweep(scanner, 1) == [(True, ["x/b"])]

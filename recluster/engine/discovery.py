@@ -78,11 +78,12 @@ class OwnProperties:
 
     def get(self, uri: str, options: Mapping[str, str]) -> dict[str, str]:
         known = self.known.get(uri)
-        if known is None:
+        if known is None:  # opened at its latest version: no commit file after it to look for yet
             from deltalake import DeltaTable
 
             table = DeltaTable(uri, storage_options=dict(options))
-            known = (table.version(), dict(table.metadata().configuration))
+            self.known[uri] = (table.version(), dict(table.metadata().configuration))
+            return self.known[uri][1]
         version, properties = known
         while True:  # the commits since: a metaData action carries the table's whole configuration
             try:
