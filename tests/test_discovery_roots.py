@@ -172,6 +172,57 @@ def test_a_job_reads_the_properties_of_the_tables_it_holds_only_and_of_one_as_it
     assert full_sweep(scanner, 1) == [(True, ["x/b"])]
 
 
+def test_a_found_table_is_taken_up_from_the_table_its_properties_were_read_from(s3: S3Server) -> None:
+    """A job's pass reads a new table's properties by opening it and hands that table to its take-up, which brings it
+    up to date (a listing after its version) instead of opening it again: one read of its log, not two. A commit in
+    between is in the state taken up."""
+    root = s3.table_uri("handed")
+    names = ["t0", "t1", "t2"]
+    for name in names:
+        for value in range(3):
+            write_deltalake(
+                f"{root}/{name}",
+                pa.table({"k": pa.array([value], pa.int64())}),
+                mode="append",
+                storage_options=s3.options(),
+            )
+    where = StorageRoot(
+        uri=root + "/", max_depth=1, storage_options=s3.options(), properties={"recluster.clusterBy": "k"}
+    )
+    settings = Settings(discovery=DiscoverySettings(roots=[where]))
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+
+    writer_reads = []
+
+    def take_up(table: FoundTable) -> int:
+        if table.uri.endswith("/t2"):  # a commit after its properties were read (the writer's reads set apart)
+            before = len(s3.requests())
+            write_deltalake(
+                table.uri, pa.table({"k": pa.array([9], pa.int64())}), mode="append", storage_options=s3.options()
+            )
+            writer_reads.append(first_commit_reads("t2", before))
+        return handler.take_up_found(table)
+
+    prefix = root.removeprefix(f"s3://{s3.bucket}/")
+
+    def first_commit_reads(name: str, since: int) -> int:  # an open reads every commit; an update only newer ones
+        return sum(f"/{prefix}/{name}/_delta_log/{0:020d}.json" in line for line in s3.requests()[since:])
+
+    before = len(s3.requests())
+    DeltaTable(f"{root}/t0", storage_options=s3.options())
+    one_open = first_commit_reads("t0", before)
+    discovery = JobDiscovery(settings, None, frozenset(), take_up, handler.let_go, None)
+    before = len(s3.requests())
+    assert sorted(discovery.run_pass().added) == [f"{root}/{name}" for name in names]
+    assert [first_commit_reads(name, before) for name in names] == [one_open, one_open, one_open + writer_reads[0]]
+    assert {uri: tracked.version for uri, tracked in handler.tracked.items()} == {
+        f"{root}/t0": 2,
+        f"{root}/t1": 2,
+        f"{root}/t2": 3,
+    }
+    assert sum(block.live_rows for block in handler.tracked[f"{root}/t2"].state.blocks) == 4
+
+
 def test_an_unreadable_table_is_one_line_and_the_roots_other_tables_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

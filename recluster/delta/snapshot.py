@@ -71,9 +71,16 @@ SUPPORTED_WRITER_FEATURES = frozenset(
 icebergCompat* (Iceberg metadata on every add) and any newer one."""
 
 
-def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
+def open_table(
+    uri: str, storage_options: Mapping[str, str] | None = None, opened: DeltaTable | None = None
+) -> DeltaTable:
+    """The table at its latest version; `opened`: the same table opened a moment ago, brought up to date from its
+    version (a listing after it, where an open reads the whole log: docs/discovery.md#several-jobs)."""
     location = normalize_uri(uri)
     try:
+        if opened is not None:
+            opened.update_incremental()
+            return opened
         return DeltaTable(location, storage_options=dict(storage_options or {}))
     except TableNotFoundError:
         raise TableError(f"{uri} is not a Delta table (no _delta_log found)") from None

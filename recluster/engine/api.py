@@ -64,13 +64,19 @@ def storage_options_for(settings: Settings, uri: str) -> Mapping[str, str]:
 
 
 def open_checked_table(
-    uri: str, *, settings: Settings, cluster_by: Sequence[str] | None = None, keyless: bool = False
+    uri: str,
+    *,
+    settings: Settings,
+    cluster_by: Sequence[str] | None = None,
+    keyless: bool = False,
+    opened: DeltaTable | None = None,
 ) -> tuple[DeltaTable, ClusterKey, Mapping[str, str]]:
-    """Open a table, refuse features we cannot rewrite, and resolve its key: `cluster_by`, else the job's
-    table config, else the table property. Returns the table, the key and the storage options used."""
+    """Open a table (or bring `opened` up to date), refuse features we cannot rewrite, and resolve its key:
+    `cluster_by`, else the job's table config, else the table property. Returns the table, the key and the storage
+    options used."""
     configured = table_settings(settings, uri)
     options = table_storage_options(settings, configured)
-    table = open_table(uri, options)
+    table = open_table(uri, options, opened)
     check_supported(table)
     key = resolve_cluster_key(
         table,

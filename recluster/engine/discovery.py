@@ -43,6 +43,9 @@ class FoundTable:
     layers: tuple[PropertyLayer, ...]
     settings: TableSettings = field(repr=False)
     """Its storage options, and the key and curve it inherits when it sets none itself."""
+    opened: Any = field(default=None, repr=False, compare=False)
+    """The `DeltaTable` its properties were just read from, handed to its take-up so that its log is not read twice
+    (`JobDiscovery`); None: the take-up opens it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +73,12 @@ class OwnProperties:
     and one or two more per new commit, not a replay of every log. Thread-safe for distinct tables (discovery reads
     `discovery.threads` at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hand_over: bool = False) -> None:
+        """`hand_over`: keep each table opened to read its properties until `take_opened` (a job takes it up next)."""
         self.known: dict[str, tuple[int, dict[str, str]]] = {}
         """Per table: the version its properties are current at, and the properties."""
+        self.hand_over = hand_over
+        self.opened: dict[str, Any] = {}
         self.passes = 0
         """Complete passes over the source (each ends with `keep_only`)."""
 
@@ -83,6 +89,8 @@ class OwnProperties:
 
             table = DeltaTable(uri, storage_options=dict(options))
             self.known[uri] = (table.version(), dict(table.metadata().configuration))
+            if self.hand_over:
+                self.opened[uri] = table
             return self.known[uri][1]
         version, properties = known
         while True:  # the commits since: a metaData action carries the table's whole configuration
@@ -96,6 +104,11 @@ class OwnProperties:
                     properties = dict(action["metaData"].get("configuration") or {})
         self.known[uri] = (version, properties)
         return properties
+
+    def take_opened(self) -> dict[str, Any]:
+        """The tables opened since the last call, by URI (each handed over once)."""
+        opened, self.opened = self.opened, {}
+        return opened
 
     def keep_only(self, uris: Collection[str]) -> None:
         """End a complete pass: forget the tables it no longer found."""
@@ -130,10 +143,16 @@ class RootScanner:
     """Every Delta table below one storage root. A pass makes at most `max_listings` LIST requests; the folders it
     did not reach wait for the next pass, so a full sweep of a big root spans several passes."""
 
-    def __init__(self, root: StorageRoot, settings: Settings, owns: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        root: StorageRoot,
+        settings: Settings,
+        owns: Callable[[str], bool] | None = None,
+        hand_over: bool = False,
+    ) -> None:
         """`owns`: whether this job holds a table's lease (jobs sharing tables): the properties of a table another job
         owns are never read (`open_claimed` reads a table's as this job claims it); None: every table's at every
-        sweep."""
+        sweep. `hand_over`: keep the tables opened for their properties (OwnProperties.take_opened)."""
         self.owns = owns
         self.root = root
         self.uri = normalize_uri(root.uri)
@@ -143,7 +162,7 @@ class RootScanner:
         self.pending: deque[tuple[str, int]] = deque()
         self.sweep: dict[str, FoundTable] = {}
         self.last_sweep: tuple[FoundTable, ...] = ()
-        self.properties = OwnProperties()
+        self.properties = OwnProperties(hand_over)
         self.read: set[str] = set()
         """The tables whose properties this sweep read (taken or filtered out): `open_claimed` skips them."""
         self.swept: set[str] = set()

@@ -106,7 +106,7 @@ class ReclusterHandler:
         load, its error is shown and it is retried like any table)."""
         with self.lock:
             self.tables.add_found(table.settings, table.layers)
-        self._take_up(table.uri)
+        self._take_up(table.uri, table.opened)
         tracked = self.tracked.get(table.uri)
         return tracked.version if tracked is not None else -1
 
@@ -118,10 +118,11 @@ class ReclusterHandler:
             self.board.publish(removed=[uri])
         log.info("recluster table=%s reason=let_go", uri)
 
-    def _take_up(self, uri: str) -> None:
-        """Load a table that is not tracked (at the start, or again after it failed) and publish its state."""
+    def _take_up(self, uri: str, opened: Any = None) -> None:
+        """Load a table that is not tracked (at the start, or again after it failed) and publish its state;
+        `opened`: the table as discovery opened it a moment ago (a `DeltaTable`), brought up to date."""
         try:
-            tracked = self.tables.track(uri, None)
+            tracked = self.tables.track(uri, None, opened)
         except Exception as error:  # a failing table never stops the others (docs/operations.md#when-a-table-fails)
             with self.lock:
                 self.reports.fail(uri, error)

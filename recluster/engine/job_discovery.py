@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from typing import Any
 
 from recluster.core.discovery import DiscoveryChanges, discovery_changes
@@ -65,8 +66,8 @@ class JobDiscovery:
             else None
         )
         owns = self.holds if self.leases is not None else None  # jobs sharing the tables
-        self.scanners = [RootScanner(root, settings, owns) for root in settings.discovery.roots]
-        self.catalog_properties = [OwnProperties() for _ in settings.discovery.catalogs]
+        self.scanners = [RootScanner(root, settings, owns, hand_over=True) for root in settings.discovery.roots]
+        self.catalog_properties = [OwnProperties(hand_over=True) for _ in settings.discovery.catalogs]
         self.take_up, self.let_go = take_up, let_go
         self.tables_file = tables_file
         self.listed = listed
@@ -161,7 +162,11 @@ class JobDiscovery:
         changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, self.failed, self.listed)
         for uri in changes.dropped:
             self._forget(uri)
-        self._take_up_all([found[uri] for uri in changes.added], started)
+        opened = {}  # the tables this pass opened for their properties: their take-ups start from them
+        for properties in (*(scanner.properties for scanner in self.scanners), *self.catalog_properties):
+            opened.update(properties.take_opened())
+        added = [replace(found[uri], opened=opened.get(uri)) for uri in changes.added]
+        self._take_up_all(added, started)
         if self.tables_file is not None:
             write_tables_file(self.tables_file, self.versions, self.options)
         if changes.added or changes.dropped:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from deltalake import DeltaTable
+
 from recluster.core.discovery import EffectiveProperty, PropertyLayer, effective_properties
 from recluster.core.errors import TableError
 from recluster.core.metrics import ClusteringState
@@ -85,13 +87,13 @@ class JobTables:
         """Storage options of a table: the job's, overridden by the table's own."""
         return dict(table_storage_options(self.settings, self.configured.get(uri)))
 
-    def track(self, uri: str, version: int | None) -> TrackedTable:
+    def track(self, uri: str, version: int | None, opened: DeltaTable | None = None) -> TrackedTable:
         """State at `version` (None: latest; -1: before the first commit) from the snapshot; the key comes from
-        config or the table."""
+        config or the table. `opened`: the table opened a moment ago (discovery), read from there on."""
         settings = self.settings
         if uri not in self.listed and uri in self.configured:  # found: its inherited key and storage options
             settings = settings.model_copy(update={"tables": [*settings.tables, self.configured[uri]]})
-        table, key, options = open_checked_table(uri, settings=settings)
+        table, key, options = open_checked_table(uri, settings=settings, opened=opened)
         require_safe_commits(uri, options, self.settings.commit.allow_unsafe_single_writer)
         if version is not None and version >= 0:
             table.load_as_version(version)
