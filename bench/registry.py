@@ -163,6 +163,7 @@ BENCHMARKS = (
             "fleet-scale-kafka-tables1000-rate5-interval300-before-split-2026-11-29.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-split-first-2026-11-29.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-2026-11-29.json",
+            "fleet-scale-kafka-tables1000-rate5-interval300-one-open-2026-11-29.json",
             "fleet-scale-kafka-attempt-2026-11-29.json",
         ),
         args=("--source", "both"),
