@@ -117,7 +117,12 @@ BENCHMARKS = (
         "the full test suite's CPU by process (the referee, our Spark drivers, pytest workers, subprocesses, "
         "emulators): what bounds the suite's time",
         "suite-cpu",
-        ("suite-cpu-2026-11-28.json", "suite-cpu-2026-11-29.json"),
+        (
+            "suite-cpu-2026-11-28.json",
+            "suite-cpu-2026-11-29.json",
+            "suite-cpu-workers2-2026-11-29.json",
+            "suite-cpu-workers3-2026-11-29.json",
+        ),
         quick=False,
         needs="every test service (`./dev test` sets them up)",
     ),

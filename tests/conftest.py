@@ -143,10 +143,21 @@ def _scope_order(scope: str) -> float:
 
 
 def _worker_scope(nodeid: str) -> str:
-    """What runs on one worker (`./dev test` runs a worker per core): a group of SHARED_SCOPE_FILES together, else
-    a file's tests together (its module-scoped fixtures are made once)."""
+    """What runs on one worker (`./dev test` runs a worker per core, and one more): a group of SHARED_SCOPE_FILES
+    together, else a file's tests together (its module-scoped fixtures are made once)."""
     path = nodeid.split("::", 1)[0]
     return SHARED_SCOPE_FILES.get(path, path)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` in the full run: one pytest worker more than cores. Many tests wait (on a job's trigger, a broker,
+    a lease's expiry, a subprocess starting) and with one worker per core those seconds left a core idle; a third
+    worker on two cores ran the suite in 22 min 41 s against 25 min 47 s, for the same CPU seconds (2,604 against
+    2,637: docs/getting-started.md#test-time). The quick run keeps one per core (it never waits);
+    PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
+    if config.getoption("--quick") or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
