@@ -122,6 +122,7 @@ BENCHMARKS = (
             "suite-cpu-2026-11-29.json",
             "suite-cpu-workers2-2026-11-29.json",
             "suite-cpu-workers3-2026-11-29.json",
+            "suite-cpu-workers3-auto-2026-11-29.json",
         ),
         quick=False,
         needs="every test service (`./dev test` sets them up)",
