@@ -314,7 +314,7 @@ def test_a_pass_follows_right_after_another_owners_heartbeat_expires_and_takes_i
     lake = tmp_path / "lake"
     for index in range(6):
         write_deltalake(lake / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
-    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=3, renew_seconds=1.5)
+    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=6, renew_seconds=3)
     root = StorageRoot(uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"})
     settings = Settings(discovery=DiscoverySettings(roots=[root], leases=leases))
     other = JobLeases(leases, {}, job="other")
