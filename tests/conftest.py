@@ -115,7 +115,7 @@ lock for the two minutes of writing: a worker idle at the start of every run).""
 
 
 SCOPE_SECONDS = {
-    "delta-spark-tables": 720,
+    "delta-spark-tables": 720,  # its four files' seconds in that run, less the 116 s one waited on the other
     "kafka-broker": 199,
     "spark-cluster": 193,
     "hive-metastore": 151,
@@ -150,11 +150,9 @@ def _worker_scope(nodeid: str) -> str:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto` in the full run: one pytest worker more than cores. Many tests wait (on a job's trigger, a broker,
-    a lease's expiry, a subprocess starting) and with one worker per core those seconds left a core idle; a third
-    worker on two cores ran the suite in 22 min 41 s against 25 min 47 s, for the same CPU seconds (2,604 against
-    2,637: docs/getting-started.md#test-time). The quick run keeps one per core (it never waits);
-    PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
+    """`-n auto` in the full run: one pytest worker more than cores, since many tests wait and one worker per core
+    left a core idle (measured: docs/getting-started.md#test-time). The quick run keeps one per core (it never
+    waits); PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
     if config.getoption("--quick") or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     return len(os.sched_getaffinity(0)) + 1
@@ -180,8 +178,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
     """A test of the Kafka broker, a standalone cluster or the metastore outside SHARED_SCOPE_FILES would start a
-    second one on another worker (one of the feature tables, wait for them there): refuse the run until it is
-    listed."""
+    second one on another worker (a test of the feature tables would wait there for the worker writing them):
+    refuse the run until it is listed."""
     needs = (
         "kafka-broker"
         if "broker" in fixtures

@@ -28,12 +28,12 @@ class Heartbeat:
     written_at: float
     owned: int
 
-    def alive(self, now: float, ttl_seconds: float) -> bool:
-        return now - self.written_at < ttl_seconds
-
     def expires_at(self, ttl_seconds: float) -> float:
         """When this job is taken for dead unless it writes a newer heartbeat."""
         return self.written_at + ttl_seconds
+
+    def alive(self, now: float, ttl_seconds: float) -> bool:
+        return now < self.expires_at(ttl_seconds)
 
     def to_json(self) -> bytes:
         return json.dumps({"job": self.job, "written_at": self.written_at, "owned": self.owned}).encode()

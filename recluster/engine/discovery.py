@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
@@ -22,6 +22,9 @@ from recluster.core.table_names import quoted
 from recluster.delta.storage import LOG_DIR, normalize_uri, read_log_actions, table_filesystem
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, Settings, TableSettings
 from recluster.settings_discovery import CatalogSource, StorageRoot
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger("recluster.discovery")
 
@@ -43,7 +46,7 @@ class FoundTable:
     layers: tuple[PropertyLayer, ...]
     settings: TableSettings = field(repr=False)
     """Its storage options, and the key and curve it inherits when it sets none itself."""
-    opened: Any = field(default=None, repr=False, compare=False)
+    opened: DeltaTable | None = field(default=None, repr=False, compare=False)
     """The `DeltaTable` its properties were just read from, handed to its take-up so that its log is not read twice
     (`JobDiscovery`); None: the take-up opens it."""
 
@@ -78,7 +81,7 @@ class OwnProperties:
         self.known: dict[str, tuple[int, dict[str, str]]] = {}
         """Per table: the version its properties are current at, and the properties."""
         self.hand_over = hand_over
-        self.opened: dict[str, Any] = {}
+        self.opened: dict[str, DeltaTable] = {}
         self.passes = 0
         """Complete passes over the source (each ends with `keep_only`)."""
 
@@ -105,7 +108,7 @@ class OwnProperties:
         self.known[uri] = (version, properties)
         return properties
 
-    def take_opened(self) -> dict[str, Any]:
+    def take_opened(self) -> dict[str, DeltaTable]:
         """The tables opened since the last call, by URI (each handed over once)."""
         opened, self.opened = self.opened, {}
         return opened

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from deltalake import DeltaTable
+
 from recluster.core.benefit import TableSize, modelled_read_share
 from recluster.core.errors import TableError
 from recluster.core.pruning import column_scan_fractions
@@ -118,9 +120,9 @@ class ReclusterHandler:
             self.board.publish(removed=[uri])
         log.info("recluster table=%s reason=let_go", uri)
 
-    def _take_up(self, uri: str, opened: Any = None) -> None:
+    def _take_up(self, uri: str, opened: DeltaTable | None = None) -> None:
         """Load a table that is not tracked (at the start, or again after it failed) and publish its state;
-        `opened`: the table as discovery opened it a moment ago (a `DeltaTable`), brought up to date."""
+        `opened`: the table as discovery opened it a moment ago, brought up to date."""
         try:
             tracked = self.tables.track(uri, None, opened)
         except Exception as error:  # a failing table never stops the others (docs/operations.md#when-a-table-fails)

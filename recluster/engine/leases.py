@@ -59,9 +59,12 @@ class JobLeases:
         self.errors: dict[str, str] = {}
         """Tables whose lease could not be read, with the one line saying why."""
         self.fleet: tuple[Heartbeat, ...] = ()
-        self.next_expiry: float | None = None
-        """When the first other live job owning tables is taken for dead if it does not beat again (`time.time()`):
-        the job's next lease pass comes right after it (`JobDiscovery.period`)."""
+
+    @property
+    def next_expiry(self) -> float | None:
+        """When the first other live job owning tables, as the last pass saw them, is taken for dead if it does not
+        beat again (`time.time()`): the job's next lease pass comes right after it (`JobDiscovery.period`)."""
+        return first_expiry(self.fleet, self.job, self.settings.ttl_seconds)
 
     def may_work(self, now: float | None = None) -> bool:
         """Whether this job's heartbeat is fresh enough for its claims to stand (else it starts no new work)."""
@@ -113,7 +116,6 @@ class JobLeases:
                     self.held[table] = claim
                     taken.append(table)
         self.fleet = tuple(sorted(alive.values(), key=lambda beat: beat.job))
-        self.next_expiry = first_expiry(self.fleet, self.job, self.settings.ttl_seconds)
         outcome = LeasePass(frozenset(self.held), tuple(taken), tuple(released), self.fleet)
         if taken or released:
             log.info("recluster job=%s %s", self.job, outcome)
