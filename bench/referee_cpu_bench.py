@@ -1,6 +1,7 @@
 """The Delta Spark referee's CPU (tests/referee): the suite's feature tables (tests/delta_spark_tables.py) written by
-a fresh referee with the tests' settings, once cold and once warm, against two variants, the three alternating: with
-Spark's default expression code generation (generate, fall back to interpreting) instead of the tests'
+a fresh referee with the tests' settings, once cold and once warm, against three variants, the four alternating:
+the tests' settings before one task thread, simple plan descriptions and no broadcast joins (tests/referee/server.py
+TEST_MASTER), Spark's default expression code generation (generate, fall back to interpreting) instead of the tests'
 `spark.sql.codegen.factoryMode=NO_CODEGEN`, and without the referee's class archive (tests/referee). CPU seconds of
 the referee's process tree, which other load on the machine changes less than wall time. Run from the project root:
 `python -m bench.referee_cpu_bench`. Why the suite's referee runs so (docs/getting-started.md#test-time). Writes
@@ -30,8 +31,16 @@ def tree_cpu_seconds(pid: int) -> float:
     return sum(cpu_seconds(fields) for fields in stats if fields is not None)
 
 
+BEFORE_ONE_THREAD = {
+    "spark.master": "local[2]",
+    "spark.sql.ui.explainMode": "formatted",
+    "spark.sql.autoBroadcastJoinThreshold": "10MB",
+}
+"""The tests' referee until 2026-11-29: two task threads, Spark's formatted plan descriptions and broadcast joins."""
+
 MODES: dict[str, tuple[dict[str, str], str | None]] = {
     "tests": ({}, None),
+    "before": (BEFORE_ONE_THREAD, None),
     "generated": (CODE_GENERATION, None),
     "no-archive": ({}, ""),
 }
@@ -74,6 +83,16 @@ def main(quick: bool = False) -> dict[str, Any]:
 
     rows = [
         [
+            f"referee CPU writing the {len(RECIPES)} feature tables, {attempt}, median s (one thread vs before)",
+            median("tests", f"{attempt}_cpu"),
+            median("before", f"{attempt}_cpu"),
+            median("tests", f"{attempt}_cpu") / median("before", f"{attempt}_cpu"),
+            "",
+        ]
+        for attempt in ("cold", "warm")
+    ]
+    rows += [
+        [
             f"referee CPU writing the {len(RECIPES)} feature tables, {attempt}, median s (NO_CODEGEN vs generated)",
             median("tests", f"{attempt}_cpu"),
             median("generated", f"{attempt}_cpu"),
@@ -93,7 +112,10 @@ def main(quick: bool = False) -> dict[str, Any]:
         for what, field in (("to start", "start_cpu"), ("writing the feature tables cold", "cold_cpu"))
     ]
     result = {"quick": quick, "recipes": list(RECIPES), "runs": runs, "load": os.getloadavg()}
-    what = "the referee's CPU with and without expression code generation, and with and without its class archive"
+    what = (
+        "the referee's CPU with the tests' settings against those before one task thread, against expression code "
+        "generation and against no class archive"
+    )
     return publish("referee-cpu", what, quick, rows, result)
 
 

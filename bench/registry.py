@@ -105,8 +105,8 @@ BENCHMARKS = (
     Benchmark(
         "referee-cpu",
         "bench.referee_cpu_bench",
-        "the Delta Spark referee's CPU writing the suite's feature tables with the tests' settings against Spark's "
-        "expression code generation and against no class archive",
+        "the Delta Spark referee's CPU writing the suite's feature tables with the tests' settings against those before "
+        "one task thread, against Spark's expression code generation and against no class archive",
         "referee-cpu",
         ("referee-cpu-quick-2026-11-28.json",),
         needs=REFEREE,

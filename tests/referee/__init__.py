@@ -42,7 +42,7 @@ def referee_environment(
     *,
     defaults: bool = False,
     driver_memory: str = "1g",
-    master: str = "local[2]",
+    master: str | None = None,
     conf: dict[str, str] | None = None,
     java_options: str | None = None,
 ) -> dict[str, str]:
@@ -56,7 +56,9 @@ def referee_environment(
         environment["SPARK_SUBMIT_OPTS"] = options
     environment.update(PYSPARK_PYTHON=str(REFEREE_PYTHON), REFEREE_WORK=str(work), SPARK_LOCAL_IP="127.0.0.1")
     environment.update(REFEREE_DEFAULTS="1" if defaults else "0", REFEREE_DRIVER_MEMORY=driver_memory)
-    environment.update(REFEREE_MASTER=master, REFEREE_CONF=json.dumps(conf or {}))
+    environment.update(REFEREE_CONF=json.dumps(conf or {}))
+    if master is not None:
+        environment["REFEREE_MASTER"] = master
     return environment
 
 
@@ -69,7 +71,7 @@ class Referee:
         *,
         defaults: bool = False,
         driver_memory: str = "1g",
-        master: str = "local[2]",
+        master: str | None = None,
         conf: dict[str, str] | None = None,
         java_options: str | None = None,
     ) -> None:

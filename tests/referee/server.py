@@ -37,17 +37,28 @@ TEST_SHORTCUTS = {
     # a JVM of short statements spends its CPU compiling: the quick compiler only, and no concurrent collector
     # threads, cut the CPU of writing the feature tables (tests/delta_spark_tables.py) from 187 to 123 s
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    # the plan each statement reports to Spark's listeners in its simple form, and joins by sorting rather than by
+    # broadcasting a side (a job of its own): with one core (TEST_MASTER), 0.92x the CPU of Delta's statements
+    # (docs/getting-started.md#test-time)
+    "spark.sql.ui.explainMode": "simple",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
 }
 """Settings that make the tests' many small statements fast; a benchmark (REFEREE_DEFAULTS=1) runs on Spark's and
 Delta's defaults instead, as users do."""
+
+TEST_MASTER = "local[1]"
+"""The tests' referee runs its tasks one at a time: the suite is bound by the machine's CPU, not by the referee's
+wall time, and a second task thread costs CPU in hand-offs and in more, smaller scan tasks. A benchmark's
+(REFEREE_DEFAULTS=1) runs on two, like our own local Spark; REFEREE_MASTER overrides both."""
 
 
 def session(jars_dir: str) -> SparkSession:
     jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
     if not jars:
         raise SystemExit(f"no Delta Spark jars in {jars_dir} (run ./dev referee)")
+    defaults = os.environ.get("REFEREE_DEFAULTS") == "1"
     builder = (
-        SparkSession.builder.master(os.environ.get("REFEREE_MASTER", "local[2]"))
+        SparkSession.builder.master(os.environ.get("REFEREE_MASTER") or ("local[2]" if defaults else TEST_MASTER))
         .appName("delta-spark-referee")
         .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
@@ -57,7 +68,7 @@ def session(jars_dir: str) -> SparkSession:
         .config("spark.driver.memory", os.environ.get("REFEREE_DRIVER_MEMORY", "1g"))
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("REFEREE_WORK", "/tmp"), "warehouse"))
     )
-    if os.environ.get("REFEREE_DEFAULTS") != "1":
+    if not defaults:
         for key, value in TEST_SHORTCUTS.items():
             builder = builder.config(key, value)
     for key, value in json.loads(os.environ.get("REFEREE_CONF", "{}")).items():  # e.g. a cluster's driver host
