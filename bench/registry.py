@@ -103,10 +103,18 @@ BENCHMARKS = (
         ("driver-start-2026-11-28.json",),
     ),
     Benchmark(
+        "python-worker",
+        "bench.python_worker_bench",
+        "a task's Python worker importing pyspark with the path Spark gives it (its zip first) through recluster's "
+        "daemon against PySpark's",
+        "python-worker",
+        ("python-worker-2026-11-29.json",),
+    ),
+    Benchmark(
         "referee-cpu",
         "bench.referee_cpu_bench",
-        "the Delta Spark referee's CPU writing the suite's feature tables with the tests' settings against those before "
-        "one task thread, against Spark's expression code generation and against no class archive",
+        "the Delta Spark referee's CPU writing the suite's feature tables with the tests' settings against those "
+        "before one task thread, against Spark's expression code generation and against no class archive",
         "referee-cpu",
         ("referee-cpu-quick-2026-11-28.json",),
         needs=REFEREE,

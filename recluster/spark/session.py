@@ -57,6 +57,10 @@ DELTA_SQL = {
 """Delta's SQL extension and session catalog, set when Delta Spark's jars are on the driver's classpath (the
 `recluster[delta]` extra, docs/discovery.md#delta-spark); `spark.conf` overrides them."""
 
+PYTHON_DAEMON_MODULE = "recluster.spark.python_daemon"
+"""PySpark's worker daemon, with pyspark's cached bytecode instead of its zip (recluster/spark/python_daemon.py):
+a task's Python worker imports pyspark in 0.29x the CPU (docs/operations.md#python-workers)."""
+
 DRIVER_THREAD_STACK = "16m"
 """Default stack size of the driver JVM's threads (the JVM's default is 1 MB on Linux x86-64)."""
 
@@ -100,6 +104,8 @@ def spark_session(settings: SparkSettings, pools: Mapping[str, OptimizerGroup] |
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        # the tasks' Python workers import pyspark from its installed package, not from Spark's zip
+        "spark.python.daemon.module": PYTHON_DAEMON_MODULE,
         "spark.scheduler.mode": "FAIR",
         **HIVE_CLIENT_DEFAULTS,
         **settings.conf,

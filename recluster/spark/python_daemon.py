@@ -1,0 +1,44 @@
+"""PySpark's Python worker daemon, importing pyspark from its installed package instead of from the zip Spark puts
+first on the workers' `PYTHONPATH` (docs/operations.md#python-workers).
+
+Spark starts the tasks' Python workers as `python -m <spark.python.daemon.module> pyspark.worker` with
+`$SPARK_HOME/python/lib/pyspark.zip` first on the path. Python caches no bytecode for modules imported from a zip:
+every daemon and every worker it forks compiled pyspark's modules from source again, 3.4 times the CPU of importing
+them from the installed package. When the zip is the installed package's own copy
+(`<entry on sys.path>/pyspark/python/lib/pyspark.zip`, the layout of a pip install, so the same version by
+construction), it is dropped from the path; a zip of a Spark distribution elsewhere stays. Then PySpark's own daemon
+runs, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def installed_copies(path: list[str]) -> list[str]:
+    """The entries of `path` that are the pyspark zip inside a pyspark package installed in another entry."""
+    installed = {os.path.join(os.path.abspath(entry), "pyspark") for entry in path if not entry.endswith(".zip")}
+
+    def package_of(zip_path: str) -> str:  # <package>/python/lib/pyspark.zip
+        return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(zip_path))))
+
+    return [
+        entry
+        for entry in path
+        if os.path.basename(entry) == "pyspark.zip"
+        and package_of(entry) in installed
+        and os.path.isfile(os.path.join(package_of(entry), "__init__.py"))
+    ]
+
+
+def main() -> None:
+    for entry in installed_copies(sys.path):
+        sys.path.remove(entry)
+    from pyspark.daemon import manager
+
+    manager()
+
+
+if __name__ == "__main__":
+    main()
