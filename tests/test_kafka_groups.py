@@ -44,12 +44,15 @@ def test_metrics_topic_read_by_consumer_groups_keyed_and_ordered_per_table(tmp_p
         stop_gracefully(query, handler)
 
     group = KafkaConsumer(
-        metrics,
         bootstrap_servers=broker.bootstrap,
         group_id="dashboards",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
+    # the topic's partitions known before the group is joined: joined without them, the assignor gave this member
+    # no partition ("No partition metadata"), and it read nothing until the wait timed out (a full run, 2026-11-29)
+    wait_for(lambda: group.partitions_for_topic(metrics), f"the partitions of {metrics}")
+    group.subscribe([metrics])
     per_partition: dict[int, list[tuple[str, dict[str, object]]]] = defaultdict(list)
 
     def reached_last_versions() -> bool:

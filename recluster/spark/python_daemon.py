@@ -18,10 +18,11 @@ import sys
 
 def installed_copies(path: list[str]) -> list[str]:
     """The entries of `path` that are the pyspark zip inside a pyspark package installed in another entry."""
-    installed = {os.path.join(os.path.abspath(entry), "pyspark") for entry in path if not entry.endswith(".zip")}
+    # real paths: Spark names the zip under SPARK_HOME, resolved, while sys.path may reach the package by a link
+    installed = {os.path.join(os.path.realpath(entry), "pyspark") for entry in path if not entry.endswith(".zip")}
 
     def package_of(zip_path: str) -> str:  # <package>/python/lib/pyspark.zip
-        return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(zip_path))))
+        return os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(zip_path))))
 
     return [
         entry
