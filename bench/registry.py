@@ -116,7 +116,7 @@ BENCHMARKS = (
         "the Delta Spark referee's CPU writing the suite's feature tables with the tests' settings against those "
         "before one task thread, against Spark's expression code generation and against no class archive",
         "referee-cpu",
-        ("referee-cpu-quick-2026-11-28.json",),
+        ("referee-cpu-quick-2026-11-28.json", "referee-cpu-quick-2026-11-29.json"),
         needs=REFEREE,
     ),
     Benchmark(
@@ -132,6 +132,7 @@ BENCHMARKS = (
             "suite-cpu-workers3-2026-11-29.json",
             "suite-cpu-workers3-auto-2026-11-29.json",
             "suite-cpu-workers3-auto-second-2026-11-29.json",
+            "suite-cpu-one-thread-referee-python-daemon-2026-11-29.json",
         ),
         quick=False,
         needs="every test service (`./dev test` sets them up)",

@@ -35,6 +35,7 @@ PYTHON_KINDS = (
     ("referee", "the referee's Python"),
     ("moto_server", "moto (S3 emulator)"),
     ("pyspark.daemon", "PySpark's Python workers"),
+    ("recluster.spark.python_daemon", "PySpark's Python workers"),
     ("python_streaming_source_runner", "PySpark's Python workers"),
     ("execnet", "the pytest workers"),
     ("exec(eval(sys.stdin.readline()))", "the pytest workers"),

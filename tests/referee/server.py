@@ -38,7 +38,7 @@ TEST_SHORTCUTS = {
     # threads, cut the CPU of writing the feature tables (tests/delta_spark_tables.py) from 187 to 123 s
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     # the plan each statement reports to Spark's listeners in its simple form, and joins by sorting rather than by
-    # broadcasting a side (a job of its own): with one core (TEST_MASTER), 0.92x the CPU of Delta's statements
+    # broadcasting a side (a job of its own): with TEST_MASTER, a few percent of the referee's CPU at most
     # (docs/getting-started.md#test-time)
     "spark.sql.ui.explainMode": "simple",
     "spark.sql.autoBroadcastJoinThreshold": "-1",
