@@ -81,34 +81,19 @@ def main(quick: bool = False) -> dict[str, Any]:
         values = sorted(run[field] for run in runs[mode])
         return values[len(values) // 2]
 
+    def row(what: str, field: str, baseline: str, versus: str) -> list[Any]:
+        """The tests' settings against the `baseline` mode on one measured field."""
+        ours, theirs = median("tests", field), median(baseline, field)
+        return [f"referee CPU {what}, median s ({versus})", ours, theirs, ours / theirs, ""]
+
+    tables = f"writing the {len(RECIPES)} feature tables"
     rows = [
-        [
-            f"referee CPU writing the {len(RECIPES)} feature tables, {attempt}, median s (one thread vs before)",
-            median("tests", f"{attempt}_cpu"),
-            median("before", f"{attempt}_cpu"),
-            median("tests", f"{attempt}_cpu") / median("before", f"{attempt}_cpu"),
-            "",
-        ]
+        row(f"{tables}, {attempt}", f"{attempt}_cpu", baseline, versus)
+        for baseline, versus in (("before", "one thread vs before"), ("generated", "NO_CODEGEN vs generated"))
         for attempt in ("cold", "warm")
     ]
     rows += [
-        [
-            f"referee CPU writing the {len(RECIPES)} feature tables, {attempt}, median s (NO_CODEGEN vs generated)",
-            median("tests", f"{attempt}_cpu"),
-            median("generated", f"{attempt}_cpu"),
-            median("tests", f"{attempt}_cpu") / median("generated", f"{attempt}_cpu"),
-            "",
-        ]
-        for attempt in ("cold", "warm")
-    ]
-    rows += [
-        [
-            f"referee CPU {what}, median s (class archive vs none)",
-            median("tests", field),
-            median("no-archive", field),
-            median("tests", field) / median("no-archive", field),
-            "",
-        ]
+        row(what, field, "no-archive", "class archive vs none")
         for what, field in (("to start", "start_cpu"), ("writing the feature tables cold", "cold_cpu"))
     ]
     result = {"quick": quick, "recipes": list(RECIPES), "runs": runs, "load": os.getloadavg()}
