@@ -133,6 +133,7 @@ BENCHMARKS = (
             "suite-cpu-workers3-auto-2026-11-29.json",
             "suite-cpu-workers3-auto-second-2026-11-29.json",
             "suite-cpu-one-thread-referee-python-daemon-2026-11-29.json",
+            "suite-cpu-fixed-2026-11-29.json",
         ),
         quick=False,
         needs="every test service (`./dev test` sets them up)",
