@@ -12,6 +12,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from statistics import median_high
 from typing import Any
 
 import pyspark
@@ -24,8 +25,8 @@ ZIP_FIRST = os.pathsep.join(str(p) for p in sorted((Path(pyspark.__file__).paren
 IMPORTS = {
     "pyspark's daemon": "import pyspark.worker",
     "recluster's daemon": (
-        "import sys; from recluster.spark.python_daemon import installed_copies; "
-        "[sys.path.remove(entry) for entry in installed_copies(sys.path)]; import pyspark.worker"
+        "from recluster.spark.python_daemon import drop_installed_copies; "
+        "drop_installed_copies(); import pyspark.worker"
     ),
 }
 
@@ -48,10 +49,7 @@ def main(quick: bool = False) -> dict[str, Any]:
             runs[name].append(import_cpu_seconds(code))
         log(f"attempt {attempt}: " + ", ".join(f"{name} {seconds[-1]:.2f} s" for name, seconds in runs.items()))
 
-    def median(name: str) -> float:
-        return sorted(runs[name])[len(runs[name]) // 2]
-
-    ours, theirs = median("recluster's daemon"), median("pyspark's daemon")
+    ours, theirs = median_high(runs["recluster's daemon"]), median_high(runs["pyspark's daemon"])
     rows = [["import pyspark.worker, median CPU s (recluster's daemon vs pyspark's)", ours, theirs, ours / theirs, ""]]
     result = {"quick": quick, "pythonpath": ZIP_FIRST, "runs": runs, "load": os.getloadavg()}
     what = "a Python worker's imports from pyspark's zip and from its package"

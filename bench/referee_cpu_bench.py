@@ -14,6 +14,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from statistics import median_high
 from typing import Any
 
 from bench.common import cpu_seconds, log, process_stat, publish, quick_cli
@@ -78,8 +79,7 @@ def main(quick: bool = False) -> dict[str, Any]:
             log(f"attempt {attempt}, {mode}: {runs[mode][-1]}")
 
     def median(mode: str, field: str) -> float:
-        values = sorted(run[field] for run in runs[mode])
-        return values[len(values) // 2]
+        return median_high(run[field] for run in runs[mode])
 
     def row(what: str, field: str, baseline: str, versus: str) -> list[Any]:
         """The tests' settings against the `baseline` mode on one measured field."""

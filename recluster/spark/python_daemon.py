@@ -19,23 +19,24 @@ import sys
 def installed_copies(path: list[str]) -> list[str]:
     """The entries of `path` that are the pyspark zip inside a pyspark package installed in another entry."""
     # real paths: Spark names the zip under SPARK_HOME, resolved, while sys.path may reach the package by a link
-    installed = {os.path.join(os.path.realpath(entry), "pyspark") for entry in path if not entry.endswith(".zip")}
-
-    def package_of(zip_path: str) -> str:  # <package>/python/lib/pyspark.zip
-        return os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(zip_path))))
-
+    packages = (os.path.join(os.path.realpath(entry), "pyspark") for entry in path if not entry.endswith(".zip"))
+    installed = {package for package in packages if os.path.isfile(os.path.join(package, "__init__.py"))}
     return [
         entry
         for entry in path
-        if os.path.basename(entry) == "pyspark.zip"
-        and package_of(entry) in installed
-        and os.path.isfile(os.path.join(package_of(entry), "__init__.py"))
+        if os.path.basename(entry) == "pyspark.zip"  # <package>/python/lib/pyspark.zip
+        and os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(entry)))) in installed
     ]
 
 
-def main() -> None:
+def drop_installed_copies() -> None:
+    """Take the installed package's own zip off `sys.path`, before pyspark is imported."""
     for entry in installed_copies(sys.path):
         sys.path.remove(entry)
+
+
+def main() -> None:
+    drop_installed_copies()
     from pyspark.daemon import manager
 
     manager()
