@@ -1,9 +1,10 @@
 """Several jobs sharing a lake of many small tables (issue 44's acceptance): `python -m bench.fleet_scale_bench
-[--quick] [--tables N] [--jobs J] [--source delta-log|kafka|both] [--rate R] [--baseline]`.
+[--quick] [--tables N] [--jobs J] [--source delta-log|kafka|both] [--rate R] [--baseline] [--stock-listings]`.
 
-N small Delta tables (one 200-row commit each) under one root on the S3 emulator (moto_server), the root's
-`recluster.clusterBy` handed down; J `recluster watch` processes (local Spark each) sharing them through leases with
-the default `ttl_seconds` and `renew_seconds`. Measured, against the issue's targets:
+N small Delta tables (one 200-row commit each) under one root on the S3 emulator (moto_server, its listings from a
+sorted index as on S3: tests/moto_indexed.py; `--stock-listings` for moto's own, which visit the whole bucket), the
+root's `recluster.clusterBy` handed down; J `recluster watch` processes (local Spark each) sharing them through
+leases with the default `ttl_seconds` and `renew_seconds`. Measured, against the issue's targets:
 - every table owned exactly once, counts within one: seconds from the processes' start (their Spark's start included);
 - commit -> decision while appends arrive at RATE tables a second (`--rate`) for APPEND_SECONDS: for each append,
   from its commit returning to its owner's `/status` showing the table at that version or later (polled every
@@ -182,10 +183,14 @@ def main(
     baseline: bool = False,
     rate: float = RATE,
     interval: float = INTERVAL_SECONDS,
+    stock_listings: bool = False,
 ) -> dict[str, Any]:
     shape = Fleet(tables or default_tables(quick), jobs, rate, interval)
     began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="recluster-fleet-") as work_dir, moto_server(Path(work_dir)) as s3:
+    with (
+        tempfile.TemporaryDirectory(prefix="recluster-fleet-") as work_dir,
+        moto_server(Path(work_dir), indexed_listings=not stock_listings) as s3,
+    ):
         work = Path(work_dir)
         broker = start_broker(work) if source in ("kafka", "both") else None
         try:
@@ -233,10 +238,12 @@ def main(
             f"-tables{shape.tables}" if shape.tables != default_tables(quick) else "",
             f"-rate{rate:g}" if rate != RATE else "",
             f"-interval{interval:g}" if interval != INTERVAL_SECONDS else "",
+            "-stock-listings" if stock_listings else "",
         )
     )
     events = "commit events from Kafka" if broker is not None else "the logs polled"
-    title = f"{jobs} jobs sharing {shape.tables} tables on the S3 emulator, {events}, {rate:g} appends a second asked"
+    emulator = "the S3 emulator" + (" (stock listings)" if stock_listings else "")
+    title = f"{jobs} jobs sharing {shape.tables} tables on {emulator}, {events}, {rate:g} appends a second asked"
     return publish(kind, title, quick, rows, result)
 
 
@@ -267,6 +274,11 @@ if __name__ == "__main__":
         type=float,
         default=INTERVAL_SECONDS,
         help=f"the jobs' discovery interval (default {INTERVAL_SECONDS:g} s)",
+    )
+    parser.add_argument(
+        "--stock-listings",
+        action="store_true",
+        help="stock moto's listings, which visit every key of the bucket (default: from a sorted index, as on S3)",
     )
     arguments = parser.parse_args()
     main(**vars(arguments))

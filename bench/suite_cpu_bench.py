@@ -34,6 +34,7 @@ JVM_KINDS = (
 PYTHON_KINDS = (
     ("referee", "the referee's Python"),
     ("moto_server", "moto (S3 emulator)"),
+    ("tests.moto_indexed", "moto (S3 emulator)"),
     ("pyspark.daemon", "PySpark's Python workers"),
     ("recluster.spark.python_daemon", "PySpark's Python workers"),
     ("python_streaming_source_runner", "PySpark's Python workers"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,14 @@ from tests.suite_environment import SUITE_SETTINGS
 for name, value in SUITE_SETTINGS.items():  # before any module below builds a Settings
     os.environ.setdefault(name, value)
 
+# Every Python process of the run (pytest's workers, the `recluster` subprocesses, PySpark's Python workers: about
+# 450) reads the project's modules from cached bytecode, compiled once, even where the environment says not to write
+# it (PYTHONDONTWRITEBYTECODE, set on the machine these figures come from); pytest's rewritten test modules too
+# (docs/getting-started.md#test-time).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
+from tests.delta_spark_tables import RECIPES  # noqa: E402
 from tests.driver_jvm import start_drivers_fast  # noqa: E402
 from tests.helpers import QUICK_LOG  # noqa: E402
 from tests.hive_metastore import Metastore, metastore_missing  # noqa: E402
@@ -102,40 +110,42 @@ SHARED_SCOPE_FILES = {
     "tests/test_discovery_catalog.py": "hive-metastore",
     "tests/test_hive_metastore.py": "hive-metastore",
     "tests/test_table_names_catalog.py": "hive-metastore",
-    "tests/test_delta_spark.py": "delta-spark-tables",
-    "tests/test_delta_spark_writers.py": "delta-spark-tables",
-    "tests/test_maintenance_delta_spark.py": "delta-spark-tables",
-    "tests/test_log_state.py": "delta-spark-tables",
 }
 """The files whose tests share one expensive thing between them: pytest-xdist runs each group on one worker, so the
 run starts one Kafka broker, one standalone Spark cluster, and one Hive Metastore with its Delta Spark, at a time,
-not one per worker (or per file); and the files using the feature tables Delta Spark writes once a run (`sources`)
-run after one another on the worker that wrote them (in separate scopes, the second worker waited on the first's
-lock for the two minutes of writing: a worker idle at the start of every run)."""
+not one per worker (or per file)."""
+
+RECIPE_SCOPE_FILES = ("tests/test_delta_spark.py", "tests/test_maintenance_delta_spark.py")
+"""Files of tests parametrized by a feature table's recipe (tests/delta_spark_tables.py): a recipe's tests of both
+run together, on the worker that writes that table (`sources` writes each when first asked). One scope for the
+four files of those tables ran for 21 of the run's 21 minutes on one worker (2026-11-29)."""
 
 
 SCOPE_SECONDS = {
-    "delta-spark-tables": 720,  # its four files' seconds in that run, less the 116 s one waited on the other
-    "kafka-broker": 199,
-    "spark-cluster": 193,
-    "hive-metastore": 151,
-    "tests/test_exact_stats.py": 134,
-    "tests/test_first_look.py": 91,
-    "tests/test_watch_cli.py": 83,
-    "tests/test_fleet.py": 71,
-    "tests/reliability/test_storage_faults.py": 69,
-    "tests/reliability/test_crashes.py": 63,
-    "tests/test_table_shapes.py": 57,
-    "tests/test_s3.py": 56,
-    "tests/test_streaming_writers.py": 51,
-    "tests/test_advise.py": 46,
-    "tests/test_benefit_job.py": 44,
-    "tests/test_estimate.py": 43,
-    "tests/test_job.py": 42,
+    "kafka-broker": 316,
+    "delta-spark-tables[deletion-vectors-cdf-ict-v2-checkpoints-type-widening]": 273,
+    "spark-cluster": 261,
+    "tests/test_exact_stats.py": 252,
+    "delta-spark-tables[column-mapping-name-row-tracking]": 193,
+    "tests/test_delta_spark_writers.py": 192,
+    "hive-metastore": 187,
+    "delta-spark-tables[liquid-clustering]": 177,
+    "delta-spark-tables[identity-generated-partition-check-constraint]": 170,
+    "delta-spark-tables[column-mapping-id-hilbert]": 160,
+    "tests/test_watch_cli.py": 123,
+    "tests/reliability/test_storage_faults.py": 101,
+    "tests/test_table_shapes.py": 98,
+    "tests/test_first_look.py": 95,
+    "tests/reliability/test_crashes.py": 92,
+    "tests/test_fleet.py": 79,
+    "tests/test_streaming_writers.py": 75,
+    "tests/test_benefit_job.py": 72,
+    "tests/test_advise.py": 64,
 }
-"""The worker seconds of the longest scopes (a full run, 2026-11-29): the scheduler hands them out first, longest
-first, and the many short scopes after, so the run does not end with one worker on a long file while the other is
-done (it did: 100 s of the 24 min). Only an order: a scope missing here runs among the short ones."""
+"""The worker seconds of the longest scopes (a full run, 2026-11-29; a recipe's scope: its tests' seconds and the
+minute of writing its table): the scheduler hands them out first, longest first, and the many short scopes after,
+so the run does not end with one worker on a long file while the other is done (it did: 100 s of the 24 min). Only
+an order: a scope missing here runs among the short ones."""
 
 
 def _scope_order(scope: str) -> float:
@@ -144,8 +154,14 @@ def _scope_order(scope: str) -> float:
 
 def _worker_scope(nodeid: str) -> str:
     """What runs on one worker (`./dev test` runs a worker per core, and one more): a group of SHARED_SCOPE_FILES
-    together, else a file's tests together (its module-scoped fixtures are made once)."""
+    together, a recipe's tests of RECIPE_SCOPE_FILES together, else a file's tests together (its module-scoped
+    fixtures are made once)."""
     path = nodeid.split("::", 1)[0]
+    if path in RECIPE_SCOPE_FILES and "[" in nodeid:
+        case = nodeid.split("[", 1)[1]
+        recipe = next((name for name in RECIPES if case.startswith(name)), None)
+        if recipe is not None:
+            return f"delta-spark-tables[{recipe}]"
     return SHARED_SCOPE_FILES.get(path, path)
 
 
@@ -178,8 +194,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
     """A test of the Kafka broker, a standalone cluster or the metastore outside SHARED_SCOPE_FILES would start a
-    second one on another worker (a test of the feature tables would wait there for the worker writing them):
-    refuse the run until it is listed."""
+    second one on another worker: refuse the run until it is listed."""
     needs = (
         "kafka-broker"
         if "broker" in fixtures
@@ -187,8 +202,6 @@ def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
         if item.get_closest_marker("spark_cluster")
         else "hive-metastore"
         if "metastore" in fixtures
-        else "delta-spark-tables"
-        if "sources" in fixtures
         else None
     )
     if needs is not None and _worker_scope(item.nodeid) != needs:
@@ -279,13 +292,13 @@ def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
 
 
 @pytest.fixture(scope="session")
-def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every table-feature recipe's table (tests/delta_spark_tables.py), made once a run by Delta Spark (one worker
-    writes them, all share them); tests copy them."""
-    from tests.delta_spark_tables import write_tables_once
+def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, Path]:
+    """Every table-feature recipe's table (tests/delta_spark_tables.py), made by Delta Spark once a run as a test
+    first asks for it (one worker writes each, all share them); tests copy them."""
+    from tests.delta_spark_tables import FeatureTables
 
     referee.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
-    return write_tables_once(referee, tmp_path_factory)
+    return FeatureTables(referee, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

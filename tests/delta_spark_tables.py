@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,23 +155,36 @@ def write_table(referee: Referee, location: Path, recipe: Recipe) -> str:
     return target
 
 
-def write_tables_once(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every recipe's table, written once a run: under pytest-xdist the first worker to ask writes them into the
-    run's directory while the others wait on its lock, and every worker's tests copy them (none changes them)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        root = tmp_path_factory.mktemp("delta-spark-tables")
-    else:  # each worker's base directory is <the run's>/<worker id>
-        root = tmp_path_factory.getbasetemp().parent / "delta-spark-tables"
-        root.mkdir(exist_ok=True)
-    written = root / "written"
-    with open(root / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes, also when writing fails
-        if not written.exists():
-            for name, recipe in RECIPES.items():
-                shutil.rmtree(root / name, ignore_errors=True)  # left half-written by a worker that failed
-                write_table(referee, root / name, recipe)
-            written.touch()
-    return {name: root / name for name in RECIPES}
+class FeatureTables(Mapping[str, Path]):
+    """Every recipe's table, each written once a run when a test first asks for it: under pytest-xdist the first
+    worker to ask writes it into the run's directory while a worker asking for the same one waits on its lock, and
+    every worker's tests copy them (none changes them). Tables written when asked, not all at once, let the tests of
+    different recipes start on different workers (tests/conftest.py's scopes) rather than wait for all five."""
+
+    def __init__(self, referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.referee = referee
+        if os.environ.get("PYTEST_XDIST_WORKER") is None:
+            self.root = tmp_path_factory.mktemp("delta-spark-tables")
+        else:  # each worker's base directory is <the run's>/<worker id>
+            self.root = tmp_path_factory.getbasetemp().parent / "delta-spark-tables"
+            self.root.mkdir(exist_ok=True)
+
+    def __getitem__(self, name: str) -> Path:
+        recipe, location = RECIPES[name], self.root / name
+        written = self.root / f"{name}.written"
+        with open(self.root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes, also when writing fails
+            if not written.exists():
+                shutil.rmtree(location, ignore_errors=True)  # left half-written by a worker that failed
+                write_table(self.referee, location, recipe)
+                written.touch()
+        return location
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(RECIPES)
+
+    def __len__(self) -> int:
+        return len(RECIPES)
 
 
 def settings_for(recipe: Recipe) -> Settings:

@@ -97,16 +97,25 @@ def _created_user(iam: Any) -> bool:
 
 
 @contextlib.contextmanager
-def moto_server(work: Path) -> Iterator[S3Server]:
+def moto_server(work: Path, indexed_listings: bool = False) -> Iterator[S3Server]:
     """moto_server on a free loopback port, its request log in `work`. After three unauthenticated IAM calls (user,
-    policy, access key) it checks every request's signature, so wrong credentials fail as they would on AWS."""
+    policy, access key) it checks every request's signature, so wrong credentials fail as they would on AWS. With
+    `indexed_listings`, listings cost what they cost on S3, not the bucket's size (tests/moto_indexed.py)."""
     port = free_port()
     request_log = work / "requests.log"
-    server = Path(sys.executable).parent / "moto_server"
+    server = (
+        [sys.executable, "-m", "tests.moto_indexed"]
+        if indexed_listings
+        else [str(Path(sys.executable).parent / "moto_server")]
+    )
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
     with open(request_log, "w", encoding="utf-8") as log_file:
         process = subprocess.Popen(
-            [str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=log_file, stderr=subprocess.STDOUT, env=env
+            [*server, "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=Path(__file__).parents[1],
         )
     endpoint = f"http://127.0.0.1:{port}"
     try:

@@ -7,6 +7,7 @@ RESTORE, VACUUM) exactly as on a copy that never saw recluster. The protocol is 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ AFTER_OURS = (
 
 @pytest.mark.parametrize("feature", list(RECIPES))
 def test_delta_spark_reads_streams_and_writes_after_our_rewrites(
-    feature: str, sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path
+    feature: str, sources: Mapping[str, Path], referee: Referee, spark: Any, tmp_path: Path
 ) -> None:
     recipe = RECIPES[feature]
     path = copy(sources[feature], tmp_path / "t")
@@ -125,7 +126,7 @@ def test_delta_spark_reads_streams_and_writes_after_our_rewrites(
 
 
 def test_cluster_by_on_a_liquid_table_changes_the_clustering_columns_delta_sees(
-    sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path
+    sources: Mapping[str, Path], referee: Referee, spark: Any, tmp_path: Path
 ) -> None:
     path = copy(sources["liquid-clustering"], tmp_path / "t")
     assert referee.sql(f"DESCRIBE DETAIL delta.`{path}`")[0]["clusteringColumns"] == ["a", "b"]

@@ -8,7 +8,7 @@ those appended).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ columns; a generated partition column), which the other suite takes through the 
 
 
 def test_the_job_reclusters_the_feature_tables_while_delta_spark_appends(
-    sources: dict[str, Path], referee: Referee, spark: Any, tmp_path: Path
+    sources: Mapping[str, Path], referee: Referee, spark: Any, tmp_path: Path
 ) -> None:
     tables = {name: copy(sources[name], tmp_path / name) for name in JOB_TABLES}
     before = {name: protocol(path) for name, path in tables.items()}
@@ -119,7 +119,7 @@ def between_merge_and_commit(monkeypatch: pytest.MonkeyPatch, change: Any) -> li
 
 @pytest.fixture(scope="module")
 def shadow_rows(
-    sources: dict[str, Path], referee: Referee, tmp_path_factory: pytest.TempPathFactory
+    sources: Mapping[str, Path], referee: Referee, tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[[str], tuple[int, str]]:
     """The rows Delta Spark reads after a statement of THEIRS on a copy of the DML table that never saw recluster:
     made once a statement, for both tests that check it."""
@@ -144,7 +144,7 @@ def final(path: Path, spark: Any) -> Any:
 @pytest.mark.parametrize("statement", list(THEIRS))
 def test_delta_spark_dml_committed_between_our_merge_and_commit_wins(
     statement: str,
-    sources: dict[str, Path],
+    sources: Mapping[str, Path],
     referee: Referee,
     spark: Any,
     shadow_rows: Callable[[str], tuple[int, str]],
@@ -167,7 +167,7 @@ def test_delta_spark_dml_committed_between_our_merge_and_commit_wins(
 @pytest.mark.parametrize("statement", list(THEIRS))
 def test_delta_spark_dml_racing_our_commit_is_decided_never_silent(
     statement: str,
-    sources: dict[str, Path],
+    sources: Mapping[str, Path],
     referee: Referee,
     spark: Any,
     shadow_rows: Callable[[str], tuple[int, str]],

@@ -9,7 +9,7 @@ wanted, the replay is the same; a commit finds its version without reopening the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ a run."""
 
 
 @pytest.fixture(scope="module")
-def source(sources: dict[str, Path]) -> Path:
+def source(sources: Mapping[str, Path]) -> Path:
     return sources[RECIPE.name]
 
 

@@ -9,7 +9,7 @@ A feature a step was not checked with, or is known to be wrong for, has that ste
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -92,7 +92,7 @@ ADDING_MORE_FEATURES = (
 
 @pytest.mark.parametrize("case", [*RECIPES, MORE_FEATURES], ids=str)
 def test_maintenance_keeps_every_feature_table_whole_for_delta_spark(
-    case: str, sources: dict[str, Path], past_retention: Referee, tmp_path: Path
+    case: str, sources: Mapping[str, Path], past_retention: Referee, tmp_path: Path
 ) -> None:
     feature = case.split("+")[0]
     referee, recipe = past_retention, RECIPES[feature]
@@ -148,7 +148,7 @@ def test_maintenance_keeps_every_feature_table_whole_for_delta_spark(
 
 
 def test_log_cleanup_is_refused_on_a_table_with_checkpoint_protection(
-    sources: dict[str, Path], past_retention: Referee, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sources: Mapping[str, Path], past_retention: Referee, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Delta Spark's DROP FEATURE protects the history before it (writer feature checkpointProtection), which
     delta-rs's log cleanup ignores: vacuum and a checkpoint run, log cleanup is refused."""
@@ -175,7 +175,7 @@ def test_log_cleanup_is_refused_on_a_table_with_checkpoint_protection(
 
 
 def test_vacuum_of_a_shallow_clone_never_touches_the_files_of_its_source(
-    sources: dict[str, Path], referee: Referee, tmp_path: Path
+    sources: Mapping[str, Path], referee: Referee, tmp_path: Path
 ) -> None:
     """A shallow clone's removes name its source's files by absolute path; delta-rs plans them for vacuum."""
     recipe = RECIPES[PLAIN]  # no deletion vectors: the clone's DELETE removes files of its source
