@@ -161,6 +161,7 @@ BENCHMARKS = (
             "fleet-scale-quick-read-threads-2026-11-29.json",
             "fleet-scale-quick-relist-2026-11-29.json",
             "fleet-scale-quick-session-start-2026-11-29.json",
+            "fleet-scale-quick-indexed-listings-2026-11-29.json",
         ),
         args=("--baseline",),
     ),
