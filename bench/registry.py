@@ -136,6 +136,7 @@ BENCHMARKS = (
             "suite-cpu-fixed-2026-11-29.json",
             "suite-cpu-session-start-2026-11-29b.json",
             "suite-cpu-recipe-scopes-2026-11-29.json",
+            "suite-cpu-recipe-scopes-second-2026-11-29.json",
         ),
         quick=False,
         needs="every test service (`./dev test` sets them up)",

@@ -27,7 +27,7 @@ for name, value in SUITE_SETTINGS.items():  # before any module below builds a S
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
-from tests.delta_spark_tables import RECIPES  # noqa: E402
+from tests.delta_spark_tables import FeatureTables  # noqa: E402
 from tests.driver_jvm import start_drivers_fast  # noqa: E402
 from tests.helpers import QUICK_LOG  # noqa: E402
 from tests.hive_metastore import Metastore, metastore_missing  # noqa: E402
@@ -110,28 +110,26 @@ SHARED_SCOPE_FILES = {
     "tests/test_discovery_catalog.py": "hive-metastore",
     "tests/test_hive_metastore.py": "hive-metastore",
     "tests/test_table_names_catalog.py": "hive-metastore",
+    "tests/test_delta_spark.py": "delta-spark-tables",
+    "tests/test_delta_spark_writers.py": "delta-spark-tables",
+    "tests/test_maintenance_delta_spark.py": "delta-spark-tables",
+    "tests/test_log_state.py": "delta-spark-tables",
 }
 """The files whose tests share one expensive thing between them: pytest-xdist runs each group on one worker, so the
 run starts one Kafka broker, one standalone Spark cluster, and one Hive Metastore with its Delta Spark, at a time,
-not one per worker (or per file)."""
-
-RECIPE_SCOPE_FILES = ("tests/test_delta_spark.py", "tests/test_maintenance_delta_spark.py")
-"""Files of tests parametrized by a feature table's recipe (tests/delta_spark_tables.py): a recipe's tests of both
-run together, on the worker that writes that table (`sources` writes each when first asked). One scope for the
-four files of those tables ran for 21 of the run's 21 minutes on one worker (2026-11-29)."""
+not one per worker (or per file); and the files of the Delta Spark feature tables (`sources`) run on one worker,
+whose referee writes them all and runs every statement on them warm. Split by recipe over the workers (each
+worker's referee writing and running its recipes' tables), the suite took 21 min 35 s and 22 min 25 s (the
+referee's JVMs 1,004 and 1,091 CPU s) against 21 min 16 s as one group (1,000 s; 2026-11-29,
+docs/getting-started.md#test-time)."""
 
 
 SCOPE_SECONDS = {
+    "delta-spark-tables": 1266,
     "kafka-broker": 316,
-    "delta-spark-tables[deletion-vectors-cdf-ict-v2-checkpoints-type-widening]": 273,
     "spark-cluster": 261,
     "tests/test_exact_stats.py": 252,
-    "delta-spark-tables[column-mapping-name-row-tracking]": 193,
-    "tests/test_delta_spark_writers.py": 192,
     "hive-metastore": 187,
-    "delta-spark-tables[liquid-clustering]": 177,
-    "delta-spark-tables[identity-generated-partition-check-constraint]": 170,
-    "delta-spark-tables[column-mapping-id-hilbert]": 160,
     "tests/test_watch_cli.py": 123,
     "tests/reliability/test_storage_faults.py": 101,
     "tests/test_table_shapes.py": 98,
@@ -142,10 +140,9 @@ SCOPE_SECONDS = {
     "tests/test_benefit_job.py": 72,
     "tests/test_advise.py": 64,
 }
-"""The worker seconds of the longest scopes (a full run, 2026-11-29; a recipe's scope: its tests' seconds and the
-minute of writing its table): the scheduler hands them out first, longest first, and the many short scopes after,
-so the run does not end with one worker on a long file while the other is done (it did: 100 s of the 24 min). Only
-an order: a scope missing here runs among the short ones."""
+"""The worker seconds of the longest scopes (a full run, 2026-11-29): the scheduler hands them out first, longest
+first, and the many short scopes after, so the run does not end with one worker on a long file while the other is
+done (it did: 100 s of the 24 min). Only an order: a scope missing here runs among the short ones."""
 
 
 def _scope_order(scope: str) -> float:
@@ -154,14 +151,8 @@ def _scope_order(scope: str) -> float:
 
 def _worker_scope(nodeid: str) -> str:
     """What runs on one worker (`./dev test` runs a worker per core, and one more): a group of SHARED_SCOPE_FILES
-    together, a recipe's tests of RECIPE_SCOPE_FILES together, else a file's tests together (its module-scoped
-    fixtures are made once)."""
+    together, else a file's tests together (its module-scoped fixtures are made once)."""
     path = nodeid.split("::", 1)[0]
-    if path in RECIPE_SCOPE_FILES and "[" in nodeid:
-        case = nodeid.split("[", 1)[1]
-        recipe = next((name for name in RECIPES if case.startswith(name)), None)
-        if recipe is not None:
-            return f"delta-spark-tables[{recipe}]"
     return SHARED_SCOPE_FILES.get(path, path)
 
 
@@ -295,8 +286,6 @@ def referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Referee]:
 def sources(referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, Path]:
     """Every table-feature recipe's table (tests/delta_spark_tables.py), made by Delta Spark once a run as a test
     first asks for it (one worker writes each, all share them); tests copy them."""
-    from tests.delta_spark_tables import FeatureTables
-
     referee.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
     return FeatureTables(referee, tmp_path_factory)
 

@@ -158,8 +158,8 @@ def write_table(referee: Referee, location: Path, recipe: Recipe) -> str:
 class FeatureTables(Mapping[str, Path]):
     """Every recipe's table, each written once a run when a test first asks for it: under pytest-xdist the first
     worker to ask writes it into the run's directory while a worker asking for the same one waits on its lock, and
-    every worker's tests copy them (none changes them). Tables written when asked, not all at once, let the tests of
-    different recipes start on different workers (tests/conftest.py's scopes) rather than wait for all five."""
+    every worker's tests copy them (none changes them). Written when asked, not all five at once: a test run alone
+    (`pytest tests/test_delta_spark.py -k liquid`) waits for its own table only."""
 
     def __init__(self, referee: Referee, tmp_path_factory: pytest.TempPathFactory) -> None:
         self.referee = referee
