@@ -1,5 +1,6 @@
 """Several jobs sharing a lake of many small tables (issue 44's acceptance): `python -m bench.fleet_scale_bench
-[--quick] [--tables N] [--jobs J] [--source delta-log|kafka|both] [--rate R] [--baseline] [--stock-listings]`.
+[--quick] [--tables N] [--jobs J] [--source delta-log|kafka|both] [--rate R] [--baseline] [--stock-listings]
+[--keep-logs DIR]`.
 
 N small Delta tables (one 200-row commit each) under one root on the S3 emulator (moto_server, its listings from a
 sorted index as on S3: tests/moto_indexed.py; `--stock-listings` for moto's own, which visit the whole bucket), the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -184,6 +186,7 @@ def main(
     rate: float = RATE,
     interval: float = INTERVAL_SECONDS,
     stock_listings: bool = False,
+    keep_logs: Path | None = None,
 ) -> dict[str, Any]:
     shape = Fleet(tables or default_tables(quick), jobs, rate, interval)
     began = time.monotonic()
@@ -200,6 +203,8 @@ def main(
         finally:
             if broker is not None:
                 broker.stop()
+            if keep_logs is not None:
+                copy_logs(work, keep_logs)
     p95 = fleet["decision_seconds"]["p95"]
     rows = [
         ratio_row("commit -> decision p95 (s), against the target", p95, TARGET_P95_SECONDS, "<= 1"),
@@ -247,6 +252,14 @@ def main(
     return publish(kind, title, quick, rows, result)
 
 
+def copy_logs(work: Path, target: Path) -> None:
+    """The jobs' logs and the emulator's request log, out of the work directory deleted at the end of the run."""
+    target.mkdir(parents=True, exist_ok=True)
+    for log_file in work.glob("*.log"):
+        shutil.copy2(log_file, target / log_file.name)
+    log(f"logs copied into {target}")
+
+
 def start_broker(work: Path) -> Broker:
     missing = kafka_missing()
     if missing:
@@ -279,6 +292,12 @@ if __name__ == "__main__":
         "--stock-listings",
         action="store_true",
         help="stock moto's listings, which visit every key of the bucket (default: from a sorted index, as on S3)",
+    )
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        metavar="DIR",
+        help="copy the jobs' logs and the emulator's request log into DIR before the work directory is deleted",
     )
     arguments = parser.parse_args()
     main(**vars(arguments))
