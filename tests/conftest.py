@@ -185,7 +185,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
     """A test of the Kafka broker, a standalone cluster or the metastore outside SHARED_SCOPE_FILES would start a
-    second one on another worker: refuse the run until it is listed."""
+    second one on another worker (a test of the feature tables would write them again with a cold referee there):
+    refuse the run until it is listed."""
     needs = (
         "kafka-broker"
         if "broker" in fixtures
@@ -193,6 +194,8 @@ def _check_worker_scope(item: pytest.Item, fixtures: set[str]) -> None:
         if item.get_closest_marker("spark_cluster")
         else "hive-metastore"
         if "metastore" in fixtures
+        else "delta-spark-tables"
+        if "sources" in fixtures
         else None
     )
     if needs is not None and _worker_scope(item.nodeid) != needs:

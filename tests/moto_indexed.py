@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from moto.s3 import models
+from moto.s3.exceptions import MethodNotAllowed
 from moto.s3.utils import _VersionedKeyStore
 
 LAST_CHARACTER = chr(0x10FFFF)
@@ -58,23 +58,23 @@ class IndexedKeyStore(_VersionedKeyStore):
         if position < len(self.names) and self.names[position] == key:
             del self.names[position]
 
-    def names_under(self, prefix: str, delimiter: str | None) -> Iterator[tuple[str, bool]]:
+    def names_under(self, prefix: str, delimiter: str | None) -> list[tuple[str, bool]]:
         """(name, is a folder) in name order: the names starting with `prefix`, and where `delimiter` occurs after
         the prefix, the folder up to it once instead of every name in it."""
+        found: list[tuple[str, bool]] = []
         with self.lock:
             position = bisect.bisect_left(self.names, prefix)
-            while position < len(self.names):
+            while position < len(self.names) and self.names[position].startswith(prefix):
                 name = self.names[position]
-                if not name.startswith(prefix):
-                    return
                 cut = name.find(delimiter, len(prefix)) if delimiter else -1
                 if cut < 0:
-                    yield name, False
+                    found.append((name, False))
                     position += 1
                 else:
                     folder = name[: cut + len(delimiter or "")]
-                    yield folder, True
+                    found.append((folder, True))
                     position = bisect.bisect_left(self.names, folder + LAST_CHARACTER)
+        return found
 
 
 def list_objects(
@@ -87,18 +87,17 @@ def list_objects(
 ) -> tuple[list[Any], list[str], bool, str | None]:
     """`S3Backend.list_objects` from the bucket's index: the latest version of each name (delete markers left out)
     and the folders, both sorted, then moto's own marker and truncation."""
-    if isinstance(bucket, models.FakeTableStorageBucket) or not isinstance(bucket.keys, IndexedKeyStore):
-        stock_keys, stock_folders, truncated, next_marker = STOCK_LIST_OBJECTS(
-            self, bucket, prefix, delimiter, marker, max_keys
-        )
-        return list(stock_keys), list(stock_folders), truncated, next_marker
+    if isinstance(bucket, models.FakeTableStorageBucket):
+        raise MethodNotAllowed()  # as stock moto does
+    store = bucket.keys
+    assert isinstance(store, IndexedKeyStore), "a bucket created before install()"
     keys: list[Any] = []
     folders: list[str] = []
-    for name, is_folder in list(bucket.keys.names_under(prefix or "", delimiter)):
+    for name, is_folder in store.names_under(prefix or "", delimiter):
         if is_folder:
             folders.append(name)
             continue
-        key = bucket.keys.get(name)
+        key = store.get(name)
         if key is not None and not isinstance(key, models.FakeDeleteMarker):
             keys.append(key)
     if marker:
@@ -107,9 +106,6 @@ def list_objects(
         return keys, folders, False, None
     truncated_keys, is_truncated, next_marker = self._truncate_result(keys, max_keys)
     return truncated_keys, folders, is_truncated, next_marker
-
-
-STOCK_LIST_OBJECTS = models.S3Backend.list_objects
 
 
 def install() -> None:
