@@ -43,9 +43,11 @@ def ui_json(url: str) -> Any:
 
 
 def alive_workers(master_ui: str) -> int:
+    """Workers ALIVE on the master; 0 while its UI is not up. A master starting answers every path with its HTML
+    page until the `/json` handler is attached (seen in CI): not JSON yet counts as not up."""
     try:
         return sum(w.get("state") == "ALIVE" for w in ui_json(master_ui).get("workers", []))
-    except OSError:
+    except (OSError, ValueError):
         return 0
 
 
