@@ -27,6 +27,7 @@ from recluster.settings import (
     CLUSTER_BY_PROPERTY,
     POLICY_PROPERTY,
     ClusteringSettings,
+    CommitSettings,
     SelectionSettings,
     Settings,
     SettingsError,
@@ -395,6 +396,36 @@ def test_rewrite_planned_on_a_stale_snapshot_is_refused(tmp_path: Path):
     with pytest.raises(CommitConflict, match="removed input"):
         rewrite("b")
     assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(data)
+
+
+@pytest.mark.parametrize("log", ["replayed-when-planned", "replayed-at-commit"])
+def test_rewrite_planned_before_the_table_was_recreated_is_refused(tmp_path: Path, log: str):
+    """The table deleted and created again at its path while a rewrite of the old one was under way: the new log
+    ends below the version the rewrite read, so the next version looked free. Committed, it would put the old
+    table's file into the new one after a gap in its versions. It must be refused at once (no retries until the
+    deadline) and the new table left alone, whether the job's round had replayed the old log already or not."""
+    import shutil
+
+    from recluster.core.blocks import WrittenFile
+    from recluster.delta.commit import CommitConflict, RewriteCommit, commit_rewrite
+
+    path, _, _ = one_file_table(tmp_path)
+    snapshot = snapshot_loader(str(path), Settings(), None)()  # planned at version 1
+    if log == "replayed-when-planned":
+        snapshot.log.state()
+    (block,) = snapshot.blocks
+    stats = {"numRecords": 3, "minValues": {"k": 1}, "maxValues": {"k": 3}, "nullCount": {"k": 0}}
+    output = WrittenFile("a.parquet", 3, block.bytes, (), stats, 1)
+    kept = (path / "a.parquet").read_bytes()  # the rewrite's output, written before the table was deleted
+    shutil.rmtree(path)
+    recreated = pa.table({"k": pa.array([7, 8], pa.int64())})
+    write_deltalake(str(path), recreated)  # version 0 of a new table
+    (path / "a.parquet").write_bytes(kept)
+    commit = RewriteCommit(str(path), snapshot.version, (block,), (output,), "a", log=snapshot.log)
+    with pytest.raises(CommitConflict, match="commit 1 is no longer in the log"):
+        commit_rewrite(commit, {}, CommitSettings(deadline_seconds=10))
+    assert sorted(p.name for p in (path / "_delta_log").glob("*.json")) == [f"{0:020d}.json"]
+    assert row_multiset(DeltaTable(str(path)).to_pyarrow_table()) == row_multiset(recreated)
 
 
 def outside_compaction(path: Path, name: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recluster.delta.storage import read_last_checkpoint, read_log_actions
+from recluster.delta.storage import commit_file_exists, read_last_checkpoint, read_log_actions
 
 LOG_GAP = "LOG_GAP"
 """Operation of the entry standing for commits cleaned from the log before they were read."""
@@ -123,8 +123,11 @@ def read_commits(table: str, first: int, last: int, storage_options: Mapping[str
 def commits_after(table: str, after: int, storage_options: Mapping[str, str] | None) -> list[CommitEntry]:
     """The commits after version `after`, read by name one by one until the next is absent: what the writer of the
     next version must check, without listing the log or reopening the table. When the one right after `after` is
-    absent but `_last_checkpoint` names a later version, the log was cleaned behind it: one gap entry for it (a
-    storage error reading that hint is raised: the next version may not be written on a guess)."""
+    absent but `_last_checkpoint` names a later version, the log was cleaned behind it: one gap entry for it; when
+    `after` itself is gone from the log (the table deleted and created again at its path, with fewer versions), a
+    gap entry for `after`: a commit planned on the old table must not become the new one's next version
+    (docs/guarantees.md#a-table-recreated-under-the-job). A storage error reading either is raised: the next
+    version may not be written on a guess."""
     entries: list[CommitEntry] = []
     while True:
         version = after + 1 + len(entries)
@@ -133,7 +136,11 @@ def commits_after(table: str, after: int, storage_options: Mapping[str, str] | N
         except FileNotFoundError:
             break
         entries.append(CommitEntry.from_actions(table, version, actions))
-    hint = read_last_checkpoint(table, storage_options) if not entries else None
+    if entries:
+        return entries
+    hint = read_last_checkpoint(table, storage_options)
     if hint is not None and hint[0] > after:
         return [CommitEntry.gap(table, after + 1)]
+    if after >= 0 and not commit_file_exists(table, after, storage_options):
+        return [CommitEntry.gap(table, after)]
     return entries
