@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recluster.core.discovery import DiscoveryChanges, discovery_changes
 from recluster.engine.discovery import (
@@ -25,6 +25,9 @@ from recluster.engine.discovery import (
 )
 from recluster.engine.leases import JobLeases
 from recluster.settings import Settings, table_storage_options
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger("recluster.discovery")
 
@@ -84,6 +87,9 @@ class JobDiscovery:
         self.scanned_at = -float("inf")
         self.deferred = False
         """The last pass left tables of this job's to take up (its time was up): the next one follows at once."""
+        self.opened_deferred: dict[str, DeltaTable] = {}
+        """The tables a pass opened for their properties and then left to take up: the next pass takes them up
+        from there (an update reads only the commits since; opening again would read the whole log)."""
         self.sweeping = False
         """A root's sweep stopped at its listing budget: the next pass goes on with it, without waiting for the
         interval (a big root is swept in consecutive passes, one `period` apart)."""
@@ -162,7 +168,9 @@ class JobDiscovery:
         changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, self.failed, self.listed)
         for uri in changes.dropped:
             self._forget(uri)
-        opened = {}  # the tables this pass opened for their properties: their take-ups start from them
+        # the tables opened for their properties (by this pass, or by one that left them): take-ups start there
+        self.opened_deferred = {uri: table for uri, table in self.opened_deferred.items() if uri in found}
+        opened = dict(self.opened_deferred)
         for properties in (*(scanner.properties for scanner in self.scanners), *self.catalog_properties):
             opened.update(properties.take_opened())
         added = [replace(found[uri], opened=opened.get(uri)) for uri in changes.added]
@@ -186,6 +194,10 @@ class JobDiscovery:
             for future in as_completed(futures):
                 version, table = future.result(), futures[future]
                 deferred = deferred or version is None
+                if version is None and table.opened is not None:
+                    self.opened_deferred[table.uri] = table.opened
+                else:
+                    self.opened_deferred.pop(table.uri, None)
                 if version is not None:
                     self.found_by[table.uri] = table.source
                     self.versions[table.uri] = version
@@ -195,5 +207,6 @@ class JobDiscovery:
     def _forget(self, uri: str) -> None:
         if self.found_by.pop(uri, None) is not None:
             self.let_go(uri)
+        self.opened_deferred.pop(uri, None)
         self.versions.pop(uri, None)
         self.options.pop(uri, None)
