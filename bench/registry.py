@@ -186,6 +186,8 @@ BENCHMARKS = (
             "fleet-scale-kafka-tables1000-rate5-interval300-split-first-2026-11-29.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-2026-11-29.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-one-open-2026-11-29.json",
+            "fleet-scale-kafka-tables1000-rate5-interval300-reopened-2026-11-29.json",
+            "fleet-scale-kafka-tables1000-rate5-interval300-deferred-opened-2026-11-29.json",
             "fleet-scale-kafka-attempt-2026-11-29.json",
             "fleet-scale-kafka-interval300-2026-11-29.json",
         ),
