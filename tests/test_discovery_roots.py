@@ -14,7 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.errors import TableError
 from recluster.delta.log_writer import set_table_properties
-from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, FoundTable, RootScanner
+from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, FoundTable, RootScanner, SourceScan
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_discovery import EXPIRY_MARGIN_SECONDS, SWEEP_PAUSE_SECONDS, JobDiscovery
 from recluster.engine.leases import JobLeases
@@ -311,6 +311,38 @@ def test_tables_left_to_take_up_when_a_pass_is_out_of_time_are_taken_up_at_once(
     assert periods == [SWEEP_PAUSE_SECONDS, 2.0, 2.0]
     assert len(discovery.leases.held) == 10  # claimed by the first pass, several at a time
     assert handed_over == [True] * 10
+
+
+def test_a_due_sweep_waits_until_the_tables_waiting_to_be_taken_up_are(tmp_path: Path) -> None:
+    """A sweep reads every owned table's next commit file: on a big root, minutes of requests. Due while tables wait
+    to be taken up (after a takeover's claims), it waits for them; then it runs at the next pass."""
+    lake = tmp_path / "lake"
+    for index in range(6):
+        write_deltalake(lake / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
+    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=4, renew_seconds=2)
+    root = StorageRoot(uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"})
+    settings = Settings(discovery=DiscoverySettings(roots=[root], leases=leases, threads=1, interval_seconds=0.01))
+
+    def slow_take_up(table: FoundTable) -> int:
+        time.sleep(0.4)
+        return 0
+
+    discovery = JobDiscovery(settings, None, frozenset(), slow_take_up, lambda uri: None, None)
+    assert discovery.leases is not None
+    real_scans, swept, waiting = discovery.scans, [], []
+
+    def counted_scans() -> list[SourceScan]:
+        swept.append(len(waiting) - 1)  # the index of the pass that sweeps
+        return real_scans()
+
+    discovery.scans = counted_scans  # type: ignore[method-assign]
+    for _ in range(5):
+        discovery.leases.beat()
+        waiting.append(discovery.deferred)
+        discovery.run_pass()
+    assert waiting[:2] == [False, True] and len(discovery.found_by) == 6
+    assert all(not waiting[index] for index in swept)  # no pass that began with take-ups waiting swept
+    assert swept[0] == 0 and len(swept) >= 2  # the first pass, then one after every table was taken up
 
 
 def test_a_pass_follows_right_after_another_owners_heartbeat_expires_and_takes_its_tables(tmp_path: Path) -> None:

@@ -145,8 +145,11 @@ class JobDiscovery:
         return min(period, SWEEP_PAUSE_SECONDS) if self.sweeping or self.deferred else period
 
     def run_pass(self) -> DiscoveryChanges:
-        """Scan the sources when the interval has passed, renew the leases, take up and let go accordingly."""
-        if self.sweeping or time.monotonic() - self.scanned_at >= self.settings.discovery.interval_seconds:
+        """Scan the sources when the interval has passed, renew the leases, take up and let go accordingly. A new
+        sweep waits while tables wait to be taken up (a takeover's, typically): a sweep reads every owned table's
+        next commit file, which on a big root is minutes of requests between the claims and their take-ups."""
+        due = time.monotonic() - self.scanned_at >= self.settings.discovery.interval_seconds
+        if self.sweeping or (due and not self.deferred):
             self.scanned_at = time.monotonic()
             scans = self.scans()
             self.errors = {scan.source: scan.error for scan in scans if scan.error is not None}
