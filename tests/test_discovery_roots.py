@@ -133,6 +133,25 @@ def test_a_known_table_is_listed_once_in_ten_sweeps_and_a_removed_one_is_let_go(
     assert full_sweep(scanner, RECHECK_EVERY_SWEEPS)[-1][1] == ["x/y/c"]
 
 
+def test_taking_over_a_dead_jobs_table_on_an_object_store_is_three_requests(s3: S3Server) -> None:
+    """A takeover claims thousands of tables at once: each claim is a listing of the table's claims, one read of the
+    newest (one GET: no HEAD first) and one conditional create of the next."""
+    leases = LeaseSettings(root=s3.table_uri("leases"), ttl_seconds=1, renew_seconds=0.5)
+    tables = [f"s3://{s3.bucket}/lake/t{index}" for index in range(4)]
+    dead = JobLeases(leases, s3.options(), job="dead")
+    dead.beat()
+    assert len(dead.run_pass(tables, lambda uri: None).taken) == 4
+    time.sleep(1.2)  # its heartbeat expires
+    survivor = JobLeases(leases, s3.options(), job="survivor")
+    survivor.beat()
+    prefix = leases.root.removeprefix(f"s3://{s3.bucket}/")
+    before = len(s3.requests())
+    assert len(survivor.run_pass(tables, lambda uri: None).taken) == 4
+    claims = [line for line in s3.requests()[before:] if f"{prefix}/tables/" in line]
+    methods = sorted(line.split()[0] + (" list" if "list-type" in line else "") for line in claims)
+    assert methods == ["GET"] * 4 + ["GET list"] * 4 + ["PUT"] * 4, claims
+
+
 def test_a_job_reads_the_properties_of_the_tables_it_holds_only_and_of_one_as_it_claims_it(s3: S3Server) -> None:
     """Jobs sharing a root: every sweep lists every table (the jobs split them all, whatever their properties), but
     reads the log of the tables this job holds only ("a": its next commit probed at every sweep, a property set on

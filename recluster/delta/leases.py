@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import pyarrow.fs as pafs
 
 from recluster.core.leases import Claim, Heartbeat, parse_claim, parse_heartbeat, table_key
-from recluster.delta.object_store import put_object
+from recluster.delta.object_store import get_object, put_object
 from recluster.delta.storage import normalize_uri, put_if_absent, stored_location, table_filesystem
 
 JOBS, TABLES = "jobs", "tables"
@@ -79,5 +79,7 @@ class LeaseStore:
         return [info.base_name for info in self.filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
 
     def _read(self, relative: str) -> bytes:
+        if "://" in self.root:  # one request, not two
+            return get_object(self.root, relative, self.options)
         with self.filesystem.open_input_stream(stored_location(self.root, relative)) as stream:
             return bytes(stream.read())
