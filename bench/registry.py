@@ -193,6 +193,7 @@ BENCHMARKS = (
             "fleet-scale-kafka-interval300-2026-11-29.json",
             "fleet-scale-kafka-interval300-deferred-opened-2026-11-29.json",
             "fleet-scale-kafka-interval300-sweep-waits-2026-11-29.json",
+            "fleet-scale-kafka-interval300-one-get-claims-2026-11-29.json",
         ),
         args=("--source", "both"),
         needs="Apache Kafka (`./dev kafka`)",
