@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -404,8 +405,6 @@ def test_rewrite_planned_before_the_table_was_recreated_is_refused(tmp_path: Pat
     ends below the version the rewrite read, so the next version looked free. Committed, it would put the old
     table's file into the new one after a gap in its versions. It must be refused at once (no retries until the
     deadline) and the new table left alone, whether the job's round had replayed the old log already or not."""
-    import shutil
-
     from recluster.core.blocks import WrittenFile
     from recluster.delta.commit import CommitConflict, RewriteCommit, commit_rewrite
 

@@ -131,8 +131,13 @@ def store_config(scheme: str, storage_options: Mapping[str, str]) -> tuple[dict[
     return config, client
 
 
+def _store(table_uri: str, storage_options: Mapping[str, str] | None) -> Any:
+    """The obstore store of a root, made once per root and options."""
+    return _cached_store(table_uri, tuple(sorted((storage_options or {}).items())))
+
+
 @cache
-def _store(table_uri: str, options: tuple[tuple[str, str], ...]) -> Any:
+def _cached_store(table_uri: str, options: tuple[tuple[str, str], ...]) -> Any:
     from obstore.store import from_url
 
     config, client = store_config(urlparse(table_uri).scheme, dict(options))
@@ -144,7 +149,7 @@ def put_new_object(table_uri: str, relative: str, data: bytes, storage_options: 
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-    store = _store(table_uri, tuple(sorted((storage_options or {}).items())))
+    store = _store(table_uri, storage_options)
     try:
         obstore.put(store, relative, data, mode="create")
     except (AlreadyExistsError, PreconditionError):
@@ -159,7 +164,7 @@ def get_object(table_uri: str, relative: str, storage_options: Mapping[str, str]
     from obstore.exceptions import NotFoundError
 
     try:
-        return bytes(obstore.get(_store(table_uri, tuple(sorted((storage_options or {}).items()))), relative).bytes())
+        return bytes(obstore.get(_store(table_uri, storage_options), relative).bytes())
     except NotFoundError:
         raise FileNotFoundError(f"{table_uri.rstrip('/')}/{relative}") from None
 
@@ -168,4 +173,4 @@ def put_object(table_uri: str, relative: str, data: bytes, storage_options: Mapp
     """Write `relative` under the root, replacing it: for an object only one writer ever writes (a heartbeat)."""
     import obstore
 
-    obstore.put(_store(table_uri, tuple(sorted((storage_options or {}).items()))), relative, data)
+    obstore.put(_store(table_uri, storage_options), relative, data)
