@@ -69,6 +69,15 @@ def owned(port: int) -> set[str] | None:
     return None if answer is None else {table["table"] for table in answer["tables"]}
 
 
+def leases_held(port: int) -> int | None:
+    """How many tables the job holds the lease of, as its last lease pass left it (None: no answer)."""
+    answer = status(port)
+    if answer is None:
+        return None
+    fleet = answer["fleet"]
+    return int(next(job["tables"] for job in fleet["jobs"] if job["job"] == fleet["job"]))
+
+
 def partition(ports: list[int], tables: set[str]) -> list[set[str]] | None:
     """What each job owns when together they own every table exactly once, else None."""
     shares = [owned(port) for port in ports]

@@ -13,7 +13,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from recluster.core.errors import TableError
+from recluster.core.leases import Claim
 from recluster.delta.log_writer import set_table_properties
+from recluster.delta.snapshot import open_table
 from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, FoundTable, RootScanner, SourceScan
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_discovery import EXPIRY_MARGIN_SECONDS, SWEEP_PAUSE_SECONDS, JobDiscovery
@@ -133,23 +135,39 @@ def test_a_known_table_is_listed_once_in_ten_sweeps_and_a_removed_one_is_let_go(
     assert full_sweep(scanner, RECHECK_EVERY_SWEEPS)[-1][1] == ["x/y/c"]
 
 
-def test_taking_over_a_dead_jobs_table_on_an_object_store_is_three_requests(s3: S3Server) -> None:
-    """A takeover claims thousands of tables at once: each claim is a listing of the table's claims, one read of the
-    newest (one GET: no HEAD first) and one conditional create of the next."""
+def test_taking_over_a_dead_jobs_table_on_an_object_store_is_one_request(s3: S3Server) -> None:
+    """A takeover claims thousands of tables at once: the dead job's holdings are read once (one GET), then each of its
+    tables is claimed with one conditional create of the claim after the one it held."""
     leases = LeaseSettings(root=s3.table_uri("leases"), ttl_seconds=1, renew_seconds=0.5)
     tables = [f"s3://{s3.bucket}/lake/t{index}" for index in range(4)]
     dead = JobLeases(leases, s3.options(), job="dead")
     dead.beat()
     assert len(dead.run_pass(tables, lambda uri: None).taken) == 4
+    dead.beat()  # its heartbeat says it owns tables
     time.sleep(1.2)  # its heartbeat expires
     survivor = JobLeases(leases, s3.options(), job="survivor")
     survivor.beat()
     prefix = leases.root.removeprefix(f"s3://{s3.bucket}/")
     before = len(s3.requests())
     assert len(survivor.run_pass(tables, lambda uri: None).taken) == 4
-    claims = [line for line in s3.requests()[before:] if f"{prefix}/tables/" in line]
-    methods = sorted(line.split()[0] + (" list" if "list-type" in line else "") for line in claims)
-    assert methods == ["GET"] * 4 + ["GET list"] * 4 + ["PUT"] * 4, claims
+    claims = [line for line in s3.requests()[before:] if f"{prefix}/tables/" in line or f"{prefix}/holdings/" in line]
+    methods = sorted(line.split()[0] + (" holdings" if "/holdings/" in line else "") for line in claims)
+    assert methods == ["GET holdings"] + ["PUT"] * 4 + ["PUT holdings"], claims
+    assert {survivor.store.latest_claim(table) for table in tables} == {Claim(t, 1, "survivor") for t in tables}
+
+
+def test_a_table_opened_for_its_properties_is_taken_up_with_one_request_when_unchanged(s3: S3Server) -> None:
+    """A take-up starts from the table as discovery opened it for its properties: one request for its next commit
+    file, and a listing after its version only when there is one (a takeover takes up thousands of tables)."""
+    uri = s3.table_uri("opened")
+    write_deltalake(uri, pa.table({"v": pa.array([1], pa.int64())}), storage_options=s3.options())
+    opened = DeltaTable(uri, storage_options=s3.options())
+    prefix = uri.removeprefix(f"s3://{s3.bucket}/")
+    before = len(s3.requests())
+    assert open_table(uri, s3.options(), opened).version() == 0
+    assert [line.split()[0] for line in s3.requests()[before:] if f"/{prefix}/" in line] == ["HEAD"]
+    write_deltalake(uri, pa.table({"v": pa.array([2], pa.int64())}), mode="append", storage_options=s3.options())
+    assert open_table(uri, s3.options(), opened).version() == 1  # a commit since: brought up to date
 
 
 def test_a_job_reads_the_properties_of_the_tables_it_holds_only_and_of_one_as_it_claims_it(s3: S3Server) -> None:

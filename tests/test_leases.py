@@ -60,6 +60,49 @@ def test_three_jobs_share_the_tables_and_a_dead_jobs_tables_are_taken_over(tmp_p
     assert owned["job-0"] | owned["job-1"] == set(TABLES)
 
 
+def dead_and_survivor(root: Path) -> tuple[JobLeases, JobLeases, dict[str, Claim]]:
+    """Two jobs sharing TABLES, then the second dead (its heartbeat expired): the survivor, the dead job, and the
+    claims the dead job held."""
+    survivor, dead = jobs(root, 2, ttl=1.0)
+    owned = settle([survivor, dead], TABLES, [])
+    assert sorted(map(len, owned.values())) == [15, 15]
+    held = dict(dead.held)
+    time.sleep(1.1)
+    survivor.beat()
+    return survivor, dead, held
+
+
+def test_a_dead_jobs_tables_are_claimed_from_its_holdings_without_reading_their_claims(tmp_path: Path) -> None:
+    survivor, _dead, held = dead_and_survivor(tmp_path)
+    read: list[str] = []
+    latest_claim = survivor.store.latest_claim
+    survivor.store.latest_claim = lambda table: read.append(table) or latest_claim(table)  # type: ignore[method-assign]
+    assert set(survivor.run_pass(TABLES, lambda table: None).taken) == set(held)
+    assert read == []  # one conditional create a table, no listing or read of its claims
+    assert {t: latest_claim(t) for t in held} == {t: Claim(t, c.sequence + 1, survivor.job) for t, c in held.items()}
+
+
+def test_holdings_overtaken_by_a_later_claim_are_not_trusted(tmp_path: Path) -> None:
+    """The dead job's holdings name a claim after which another live job already claimed the table: the survivor's
+    create fails, it reads the newest claim, and leaves the table to that job."""
+    survivor, _dead, held = dead_and_survivor(tmp_path)
+    other = JobLeases(survivor.settings, {}, job="job-other")
+    other.beat()
+    targets = balanced_owners(TABLES, [survivor.job, other.job])
+    table, claim = next((t, c) for t, c in sorted(held.items()) if targets[t] == survivor.job)
+    assert other.store.create_claim(Claim(table, claim.sequence + 1, other.job))
+    survivor.beat()
+    taken = survivor.run_pass(TABLES, lambda table: None).taken
+    assert table not in taken and survivor.store.latest_claim(table) == Claim(table, claim.sequence + 1, other.job)
+
+
+def test_malformed_holdings_are_one_line_and_the_tables_are_claimed_the_long_way(tmp_path: Path) -> None:
+    survivor, dead, held = dead_and_survivor(tmp_path)
+    (tmp_path / "holdings" / f"{dead.job}.json").write_text('{"job": "job-1", "tables": []}')
+    assert set(survivor.run_pass(TABLES, lambda table: None).taken) == set(held)
+    assert survivor.dead == {dead.job: (dead.last_heartbeat, None)}
+
+
 def test_two_jobs_claiming_one_table_at_once_one_wins(tmp_path: Path) -> None:
     first, second = jobs(tmp_path, 2)
     assert first.store.create_claim(Claim(TABLES[0], 0, "job-0"))

@@ -51,6 +51,19 @@ class Claim:
         return json.dumps({"table": self.table, "sequence": self.sequence, "job": self.job}).encode()
 
 
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    """The claims a job holds, by table: rewritten by that job after each lease pass that changed them. Once the job
+    is dead, another job claims a table listed here with one conditional create of the next number: the listed claim
+    names the dead job, so if no claim came after it the table is free (docs/discovery.md#several-jobs)."""
+
+    job: str
+    sequences: Mapping[str, int]
+
+    def to_json(self) -> bytes:
+        return json.dumps({"job": self.job, "tables": dict(self.sequences)}).encode()
+
+
 def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
     record = _object(data, where)
     try:
@@ -66,6 +79,17 @@ def parse_claim(data: bytes, where: str) -> Claim:
         return Claim(str(record["table"]), int(record["sequence"]), None if job is None else str(job))
     except (KeyError, TypeError, ValueError):
         raise LeaseError(f"malformed lease {where}: expected table, sequence and job") from None
+
+
+def parse_holdings(data: bytes, where: str) -> Holdings:
+    record = _object(data, where)
+    try:
+        tables = record["tables"]
+        if not isinstance(tables, dict):
+            raise TypeError
+        return Holdings(str(record["job"]), {str(table): int(sequence) for table, sequence in tables.items()})
+    except (KeyError, TypeError, ValueError):
+        raise LeaseError(f"malformed holdings {where}: expected job and tables") from None
 
 
 def _object(data: bytes, where: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The lease objects of jobs sharing tables (docs/discovery.md#several-jobs), under one lease root on any store the
 tables may be on: `jobs/<job>.json`, each job's heartbeat, rewritten by that job alone; `tables/<digest>/<n>.json`, a
 table's numbered claims, each created only if absent (the conditional PUT commits use), so of two jobs claiming a
-table at once exactly one wins. The rules are core/leases.py's."""
+table at once exactly one wins; `holdings/<job>.json`, the claims a job holds, read by the others once it is dead. The
+rules are core/leases.py's."""
 
 from __future__ import annotations
 
@@ -10,11 +11,20 @@ from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
-from recluster.core.leases import Claim, Heartbeat, parse_claim, parse_heartbeat, table_key
+from recluster.core.leases import (
+    Claim,
+    Heartbeat,
+    Holdings,
+    LeaseError,
+    parse_claim,
+    parse_heartbeat,
+    parse_holdings,
+    table_key,
+)
 from recluster.delta.object_store import get_object, put_object
 from recluster.delta.storage import normalize_uri, put_if_absent, stored_location, table_filesystem
 
-JOBS, TABLES = "jobs", "tables"
+JOBS, TABLES, HOLDINGS = "jobs", "tables", "holdings"
 
 
 class LeaseStore:
@@ -25,17 +35,26 @@ class LeaseStore:
         self.options = dict(storage_options)
         self.filesystem = table_filesystem(self.root, self.options)
         if "://" not in self.root:
-            os.makedirs(os.path.join(self.root, JOBS), exist_ok=True)
+            for folder in (JOBS, HOLDINGS):
+                os.makedirs(os.path.join(self.root, folder), exist_ok=True)
 
     def write_heartbeat(self, heartbeat: Heartbeat) -> None:
-        location = stored_location(self.root, f"{JOBS}/{heartbeat.job}.json")
-        if "://" not in self.root:  # written aside and renamed: a reader never sees half a heartbeat
-            temporary = f"{location}.tmp"
-            with open(temporary, "wb") as out:
-                out.write(heartbeat.to_json())
-            os.replace(temporary, location)
-            return
-        put_object(self.root, location, heartbeat.to_json(), self.options)
+        self._replace(f"{JOBS}/{heartbeat.job}.json", heartbeat.to_json())
+
+    def write_holdings(self, holdings: Holdings) -> None:
+        self._replace(f"{HOLDINGS}/{holdings.job}.json", holdings.to_json())
+
+    def holdings(self, job: str) -> Holdings | None:
+        """The claims a job said it holds (one read), None when it never wrote them; a malformed file raises
+        LeaseError."""
+        name = f"{HOLDINGS}/{job}.json"
+        try:
+            holdings = parse_holdings(self._read(name), f"{self.root}/{name}")
+        except FileNotFoundError:
+            return None
+        if holdings.job != job:
+            raise LeaseError(f"malformed holdings {self.root}/{name}: it names job {holdings.job}")
+        return holdings
 
     def heartbeats(self) -> tuple[dict[str, Heartbeat], list[str]]:
         """Every job's heartbeat (one listing and one read each), and one line per malformed one."""
@@ -73,6 +92,17 @@ class LeaseStore:
         if "://" not in self.root:
             os.makedirs(os.path.join(self.root, folder), exist_ok=True)
         return put_if_absent(self.root, f"{folder}/{claim.sequence:020d}.json", claim.to_json(), self.options)
+
+    def _replace(self, relative: str, data: bytes) -> None:
+        """Write an object only its job writes, replacing it whole."""
+        location = stored_location(self.root, relative)
+        if "://" not in self.root:  # written aside and renamed: a reader never sees half of it
+            temporary = f"{location}.tmp"
+            with open(temporary, "wb") as out:
+                out.write(data)
+            os.replace(temporary, location)
+            return
+        put_object(self.root, location, data, self.options)
 
     def _names(self, folder: str) -> list[str]:
         selector = pafs.FileSelector(stored_location(self.root, folder), allow_not_found=True)

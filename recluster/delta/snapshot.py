@@ -34,7 +34,7 @@ from recluster.delta.file_blocks import blocks_from_actions, file_partitions
 from recluster.delta.log_state import SnapshotLog, table_log
 from recluster.delta.ranges import current_range_bounds
 from recluster.delta.replay import LogState
-from recluster.delta.storage import normalize_uri
+from recluster.delta.storage import commit_file_exists, normalize_uri
 from recluster.delta.storage_faults import StorageFault, describe_storage_error, storage_fault
 from recluster.settings import CLUSTER_BY_PROPERTY, CURVE_PROPERTY, RANGES_PROPERTY
 
@@ -75,11 +75,13 @@ def open_table(
     uri: str, storage_options: Mapping[str, str] | None = None, opened: DeltaTable | None = None
 ) -> DeltaTable:
     """The table at its latest version; `opened`: the same table opened a moment ago, brought up to date from its
-    version (a listing after it, where an open reads the whole log: docs/discovery.md#several-jobs)."""
+    version: one request for its next commit file, and only if there is one a listing after it, where an open reads
+    the whole log (docs/discovery.md#several-jobs)."""
     location = normalize_uri(uri)
     try:
         if opened is not None:
-            opened.update_incremental()
+            if commit_file_exists(location, opened.version() + 1, storage_options):
+                opened.update_incremental()
             return opened
         return DeltaTable(location, storage_options=dict(storage_options or {}))
     except TableNotFoundError:

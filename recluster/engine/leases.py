@@ -15,7 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from recluster.core.errors import first_line
-from recluster.core.leases import Claim, ClaimAction, Heartbeat, balanced_owners, claim_action, first_expiry
+from recluster.core.leases import (
+    Claim,
+    ClaimAction,
+    Heartbeat,
+    Holdings,
+    balanced_owners,
+    claim_action,
+    first_expiry,
+)
 from recluster.delta.leases import LeaseStore
 from recluster.settings_discovery import LeaseSettings
 
@@ -59,6 +67,9 @@ class JobLeases:
         self.errors: dict[str, str] = {}
         """Tables whose lease could not be read, with the one line saying why."""
         self.fleet: tuple[Heartbeat, ...] = ()
+        self.dead: dict[str, tuple[float, Holdings | None]] = {}
+        """Per dead job that owned tables: its last heartbeat's time and its holdings read then (None: unreadable or
+        never written)."""
 
     @property
     def next_expiry(self) -> float | None:
@@ -102,8 +113,9 @@ class JobLeases:
         for table in set(self.errors) - set(share):  # no longer this job's to claim
             del self.errors[table]
         taken = []
+        left = self._left_by_dead(beats, alive) if share else {}
         with ThreadPoolExecutor(self.threads, "recluster-claims") as pool:
-            futures = {pool.submit(self._take, table, alive): table for table in share}
+            futures = {pool.submit(self._take, table, alive, left.get(table)): table for table in share}
             for future, table in futures.items():
                 try:
                     claim = future.result()
@@ -115,15 +127,51 @@ class JobLeases:
                 if claim is not None:
                     self.held[table] = claim
                     taken.append(table)
+        alive[self.job] = Heartbeat(self.job, now, len(self.held))  # this pass's claims counted
         self.fleet = tuple(sorted(alive.values(), key=lambda beat: beat.job))
+        if taken or released:
+            self._write_holdings()
         outcome = LeasePass(frozenset(self.held), tuple(taken), tuple(released), self.fleet)
         if taken or released:
             log.info("recluster job=%s %s", self.job, outcome)
         return outcome
 
-    def _take(self, table: str, alive: Mapping[str, Heartbeat]) -> Claim | None:
+    def _write_holdings(self) -> None:
+        """Say which claims this job holds, for the jobs that take them over if it dies; a failed write only makes
+        their claims the long way."""
+        try:
+            self.store.write_holdings(Holdings(self.job, {table: claim.sequence for table, claim in self.held.items()}))
+        except Exception as error:
+            log.error("recluster job=%s reason=holdings_unwritten error=%s", self.job, first_line(error))
+
+    def _left_by_dead(self, beats: Mapping[str, Heartbeat], alive: Mapping[str, Heartbeat]) -> dict[str, Claim]:
+        """The claims dead jobs said they held, by table (each dead job's holdings read once per last heartbeat): a
+        claim naming a dead job is free if no claim came after it."""
+        self.dead = {job: read for job, read in self.dead.items() if job in beats}  # a heartbeat gone: its job too
+        left: dict[str, Claim] = {}
+        for job, beat in beats.items():
+            if job in alive:
+                continue
+            if job not in self.dead or self.dead[job][0] != beat.written_at:
+                try:
+                    self.dead[job] = (beat.written_at, self.store.holdings(job))
+                except Exception as error:  # its tables are claimed the long way: a listing and a read each
+                    self.dead[job] = (beat.written_at, None)
+                    log.error("recluster job=%s reason=bad_lease error=%s", job, first_line(error))
+            holdings = self.dead[job][1]
+            for table, sequence in holdings.sequences.items() if holdings is not None else ():
+                if table not in left or sequence > left[table].sequence:
+                    left[table] = Claim(table, sequence, job)
+        return left
+
+    def _take(self, table: str, alive: Mapping[str, Heartbeat], left: Claim | None) -> Claim | None:
         """Claim a table of this job's share if it is free: its claim, or None (another live job holds it, or another
-        job's claim of the same number came first)."""
+        job's claim of the same number came first). A table a dead job held (`left`) is claimed with one conditional
+        create; if a claim came after the dead job's, its newest claim is listed and read."""
+        if left is not None:
+            claim = Claim(table, left.sequence + 1, self.job)
+            if self.store.create_claim(claim):
+                return claim
         latest = self.store.latest_claim(table)
         if claim_action(latest, self.job, self.job, alive, held=False) is not ClaimAction.TAKE:
             return None
