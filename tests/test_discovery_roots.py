@@ -318,26 +318,70 @@ def test_an_unfinished_sweep_goes_on_at_the_next_pass_without_waiting_for_the_in
     assert periods == [SWEEP_PAUSE_SECONDS] * 3 + [300.0] * 2
 
 
-def test_tables_left_to_take_up_when_a_pass_is_out_of_time_are_taken_up_at_once(tmp_path: Path) -> None:
-    """With leases a pass takes up for half a renewal (the lease passes must go on); the tables it could not start
-    are taken up by the next pass, after SWEEP_PAUSE_SECONDS rather than a whole renewal, from the tables as the
-    first pass opened them to read their properties (opening one again reads its whole log twice over)."""
+def test_claimed_tables_are_taken_up_as_their_properties_are_read_from_the_tables_as_opened(tmp_path: Path) -> None:
+    """A takeover claims thousands of tables: each is taken up as soon as its properties are read (the reads are the
+    store's work, the take-ups the job's: they overlap), in the pass that claims it, from the table as opened for
+    its properties (opening one again reads its whole log twice over)."""
     lake = tmp_path / "lake"
     for index in range(10):
         write_deltalake(lake / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
     leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=4, renew_seconds=2)
     root = StorageRoot(uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"})
     settings = Settings(discovery=DiscoverySettings(roots=[root], leases=leases, threads=2))
+    read, handed_over = [], []
+    discovery = JobDiscovery(
+        settings, None, frozenset(), lambda t: handed_over.append(t.opened) or 0, lambda uri: None, None
+    )
+    (scanner,) = discovery.scanners
+    properties_get = scanner.properties.get
+    scanner.properties.get = lambda uri, options: read.append(len(handed_over)) or properties_get(uri, options)  # type: ignore[method-assign]
+    assert discovery.leases is not None
+    discovery.leases.beat()
+    discovery.run_pass()
+    assert len(discovery.found_by) == 10 and len(discovery.leases.held) == 10 and not discovery.deferred
+    assert read[-1] > 0  # the first take-ups began before the last table was read
+    assert all(isinstance(opened, DeltaTable) for opened in handed_over) and len(handed_over) == 10
 
-    handed_over = []
+
+def enabled_later(tmp_path: Path, count: int, threads: int, interval: float) -> tuple[Settings, list[str]]:
+    """`count` tables on a root whose filter (`recluster.policy: levels`) none passes yet, and a job's settings
+    with leases on it: its first pass claims them all and takes none up; enable them, and its next sweep finds
+    them all at once."""
+    lake = tmp_path / "lake"
+    for index in range(count):
+        write_deltalake(lake / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
+    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=4, renew_seconds=2)
+    root = StorageRoot(
+        uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"}, where={"recluster.policy": "levels"}
+    )
+    settings = Settings(
+        discovery=DiscoverySettings(roots=[root], leases=leases, threads=threads, interval_seconds=interval)
+    )
+    return settings, [str(lake / f"t{index}") for index in range(count)]
+
+
+def enable(tables: list[str]) -> None:
+    for uri in tables:
+        set_table_properties(uri, {"recluster.policy": "levels"}, None)
+
+
+def test_tables_left_to_take_up_when_a_pass_is_out_of_time_are_taken_up_at_once(tmp_path: Path) -> None:
+    """With leases a pass takes up the tables a sweep found for half a renewal (the lease passes must go on); the
+    tables it could not start are taken up by the next pass, after SWEEP_PAUSE_SECONDS rather than a whole
+    renewal."""
+    settings, tables = enabled_later(tmp_path, 10, threads=2, interval=300)
 
     def slow_take_up(table: FoundTable) -> int:
-        handed_over.append(table.opened is not None)
         time.sleep(0.3)
         return 0
 
     discovery = JobDiscovery(settings, None, frozenset(), slow_take_up, lambda uri: None, None)
     assert discovery.leases is not None
+    discovery.leases.beat()
+    discovery.run_pass()
+    assert len(discovery.leases.held) == 10 and discovery.found_by == {}  # claimed, filtered out
+    enable(tables)
+    discovery.scanned_at = -float("inf")  # a sweep due: it finds them all at once
     taken, periods = [], []
     for _ in range(3):
         discovery.leases.beat()
@@ -346,19 +390,12 @@ def test_tables_left_to_take_up_when_a_pass_is_out_of_time_are_taken_up_at_once(
         periods.append(discovery.period())
     assert 0 < taken[0] < 10 and taken[1:] == [10, 10]  # a second of 0.3 s take-ups, 2 at a time
     assert periods == [SWEEP_PAUSE_SECONDS, 2.0, 2.0]
-    assert len(discovery.leases.held) == 10  # claimed by the first pass, several at a time
-    assert handed_over == [True] * 10
 
 
 def test_a_due_sweep_waits_until_the_tables_waiting_to_be_taken_up_are(tmp_path: Path) -> None:
     """A sweep reads every owned table's next commit file: on a big root, minutes of requests. Due while tables wait
-    to be taken up (after a takeover's claims), it waits for them; then it runs at the next pass."""
-    lake = tmp_path / "lake"
-    for index in range(6):
-        write_deltalake(lake / f"t{index}", pa.table({"k": pa.array([index], pa.int64())}))
-    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=4, renew_seconds=2)
-    root = StorageRoot(uri=str(lake), max_depth=1, properties={"recluster.clusterBy": "k"})
-    settings = Settings(discovery=DiscoverySettings(roots=[root], leases=leases, threads=1, interval_seconds=0.01))
+    to be taken up, it waits for them; then it runs at the next pass."""
+    settings, tables = enabled_later(tmp_path, 6, threads=1, interval=0.01)
 
     def slow_take_up(table: FoundTable) -> int:
         time.sleep(0.4)
@@ -373,13 +410,15 @@ def test_a_due_sweep_waits_until_the_tables_waiting_to_be_taken_up_are(tmp_path:
         return real_scans()
 
     discovery.scans = counted_scans  # type: ignore[method-assign]
-    for _ in range(5):
+    for index in range(6):
+        if index == 1:
+            enable(tables)
         discovery.leases.beat()
         waiting.append(discovery.deferred)
         discovery.run_pass()
-    assert waiting[:2] == [False, True] and len(discovery.found_by) == 6
+    assert waiting[:3] == [False, False, True] and len(discovery.found_by) == 6
     assert all(not waiting[index] for index in swept)  # no pass that began with take-ups waiting swept
-    assert swept[0] == 0 and len(swept) >= 2  # the first pass, then one after every table was taken up
+    assert swept[:2] == [0, 1] and len(swept) >= 3  # then one after every table was taken up
 
 
 def test_a_pass_follows_right_after_another_owners_heartbeat_expires_and_takes_its_tables(tmp_path: Path) -> None:

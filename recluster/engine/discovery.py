@@ -11,7 +11,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
@@ -113,6 +113,10 @@ class OwnProperties:
         opened, self.opened = self.opened, {}
         return opened
 
+    def take_one_opened(self, uri: str) -> DeltaTable | None:
+        """The table opened for `uri` since the last `take_opened`, handed over once (None: not opened)."""
+        return self.opened.pop(uri, None)
+
     def keep_only(self, uris: Collection[str]) -> None:
         """End a complete pass: forget the tables it no longer found."""
         for uri in set(self.known) - set(uris):
@@ -213,11 +217,13 @@ class RootScanner:
         listed = tuple(sorted(self.known | self.swept))
         return SourceScan(self.uri, tuple(found.values()), complete=False, listed=listed)
 
-    def open_claimed(self, uris: Collection[str]) -> list[FoundTable]:
+    def open_claimed(self, uris: Collection[str], then: Callable[[FoundTable], None] | None = None) -> list[FoundTable]:
         """Of the tables this job just claimed, those of this root whose properties this sweep has not read (it
-        claimed them since the sweep listed them): read now, those that pass the root's filter."""
+        claimed them since the sweep listed them): read now, those that pass the root's filter. `then`: called with
+        each of those as soon as it is read, with the table as opened (a job takes it up there and then: a takeover's
+        reads are the store's work, its take-ups the job's, and they overlap)."""
         unread = [uri for uri in uris if (uri in self.known or uri in self.swept) and uri not in self.read]
-        self._open(unread)
+        self._open(unread, then)
         return [self.sweep[uri] for uri in unread if uri in self.sweep]
 
     def _still_a_table(self, uri: str) -> bool:
@@ -225,7 +231,7 @@ class RootScanner:
         folder is gone is missing from its parent's listing)."""
         return uri in self.known and not in_turn(uri, self.properties.passes)
 
-    def _open(self, uris: list[str]) -> None:
+    def _open(self, uris: list[str], then: Callable[[FoundTable], None] | None = None) -> None:
         """Read the tables' properties, `discovery.threads` at a time (each is a read of its log). A table that cannot
         be read is one line: it stays found if the last sweep found it (nothing is let go on a read error), else it
         waits for the next sweep; the root's other tables go on."""
@@ -235,10 +241,13 @@ class RootScanner:
         def opened(uri: str) -> FoundTable | None:
             try:
                 own = self.properties.get(uri, self.options)
-                return found_table(uri, self.uri, self.layers, self.root.where, self.options, own)
+                table = found_table(uri, self.uri, self.layers, self.root.where, self.options, own)
             except Exception as error:
                 log.error("recluster table=%s reason=unreadable_table error=%s", uri, first_line(error))
-                return previous.get(uri)
+                table = previous.get(uri)
+            if table is not None and then is not None:
+                then(replace(table, opened=self.properties.take_one_opened(uri)))
+            return table
 
         with ThreadPoolExecutor(self.threads, "recluster-discovery") as pool:
             for uri, table in zip(uris, pool.map(opened, uris), strict=True):

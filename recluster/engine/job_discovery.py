@@ -87,9 +87,6 @@ class JobDiscovery:
         self.scanned_at = -float("inf")
         self.deferred = False
         """The last pass left tables of this job's to take up (its time was up): the next one follows at once."""
-        self.opened_deferred: dict[str, DeltaTable] = {}
-        """The tables a pass opened for their properties and then left to take up: the next pass takes them up
-        from there (an update reads only the commits since; opening again would read the whole log)."""
         self.sweeping = False
         """A root's sweep stopped at its listing budget: the next pass goes on with it, without waiting for the
         interval (a big root is swept in consecutive passes, one `period` apart)."""
@@ -161,19 +158,23 @@ class JobDiscovery:
             self.discovered = frozenset(uri for scan in scans for uri in scan.listed)
             self.sweeping = any(not scan.complete and scan.error is None for scan in scans)
         found = self.found
-        started = time.monotonic()
         if self.leases is not None:  # this job's share only: a table released is let go first
             kept = {uri for uri, source in self.found_by.items() if source in self.failed}  # its source failed
             lease_pass = self.leases.run_pass(sorted(self.discovered | kept), self._forget)
-            for scanner in self.scanners:  # claimed since the sweep listed them: their properties now
-                self.found.update((table.uri, table) for table in scanner.open_claimed(lease_pass.taken))
+            taken_up: list[tuple[FoundTable, int]] = []
+            for scanner in self.scanners:  # claimed since the sweep listed them: their properties now, each taken up
+                claimed = scanner.open_claimed(lease_pass.taken, lambda t: taken_up.append((t, self.take_up(t))))
+                self.found.update((table.uri, table) for table in claimed)
+            for table, version in taken_up:
+                self._watch(table, version)
+            if taken_up:
+                log.info("recluster discovery claimed_and_taken_up=%d", len(taken_up))
             found = {uri: table for uri, table in self.found.items() if uri in lease_pass.owned}
+        started = time.monotonic()
         changes = discovery_changes(self.found_by, {u: t.source for u, t in found.items()}, self.failed, self.listed)
         for uri in changes.dropped:
             self._forget(uri)
-        # the tables opened for their properties (by this pass, or by one that left them): take-ups start there
-        self.opened_deferred = {uri: table for uri, table in self.opened_deferred.items() if uri in found}
-        opened = dict(self.opened_deferred)
+        opened: dict[str, DeltaTable] = {}  # the tables opened for their properties: take-ups start there
         for properties in (*(scanner.properties for scanner in self.scanners), *self.catalog_properties):
             opened.update(properties.take_opened())
         added = [replace(found[uri], opened=opened.get(uri)) for uri in changes.added]
@@ -185,8 +186,10 @@ class JobDiscovery:
         return changes
 
     def _take_up_all(self, tables: Sequence[FoundTable], started: float) -> None:
-        """Take up new tables, `discovery.threads` at a time. With leases, a pass stops starting take-ups
-        after half the lease renewal: the heartbeat comes first, the rest is taken up in the next passes."""
+        """Take up the tables a sweep found, `discovery.threads` at a time. With leases, a pass stops starting
+        take-ups after half the lease renewal (the lease passes must go on): the next passes take up the rest, each
+        opened again. The tables a lease pass claims are not among them: each is taken up as soon as its properties
+        are read (`run_pass`)."""
 
         def over_budget() -> bool:
             return self.leases is not None and time.monotonic() - started > self.leases.settings.renew_seconds / 2
@@ -197,19 +200,18 @@ class JobDiscovery:
             for future in as_completed(futures):
                 version, table = future.result(), futures[future]
                 deferred = deferred or version is None
-                if version is None and table.opened is not None:
-                    self.opened_deferred[table.uri] = table.opened
-                else:
-                    self.opened_deferred.pop(table.uri, None)
                 if version is not None:
-                    self.found_by[table.uri] = table.source
-                    self.versions[table.uri] = version
-                    self.options[table.uri] = table_storage_options(self.settings, table.settings)
+                    self._watch(table, version)
         self.deferred = deferred
+
+    def _watch(self, table: FoundTable, version: int) -> None:
+        """A table taken up at `version` (-1: it failed to load, and is retried like any table)."""
+        self.found_by[table.uri] = table.source
+        self.versions[table.uri] = version
+        self.options[table.uri] = table_storage_options(self.settings, table.settings)
 
     def _forget(self, uri: str) -> None:
         if self.found_by.pop(uri, None) is not None:
             self.let_go(uri)
-        self.opened_deferred.pop(uri, None)
         self.versions.pop(uri, None)
         self.options.pop(uri, None)
