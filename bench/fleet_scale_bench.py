@@ -10,7 +10,8 @@ leases with the default `ttl_seconds` and `renew_seconds`. Measured, against the
 - commit -> decision while appends arrive at RATE tables a second (`--rate`) for APPEND_SECONDS: for each append,
   from its commit returning to its owner's `/status` showing the table at that version or later (polled every
   POLL_SECONDS, so figures are rounded up to that), p50 and p95; the merges the jobs ran meanwhile;
-- one job killed with SIGKILL: seconds until the others own every table again;
+- one job killed with SIGKILL: seconds until the others hold every table's lease (each job's `/status` fleet entry
+  for itself), and until they have taken every table up again (every table in one survivor's `/status` tables);
 - rounds overlapping on a table, from the logs of every table appended to (0 required); every appended row there;
 - each job's peak resident memory (driver and its JVM: VmHWM summed over its processes).
 The jobs learn of commits by polling the tables' logs (`--source delta-log`, the default) or from commit events the
