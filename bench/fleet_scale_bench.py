@@ -1,6 +1,6 @@
 """Several jobs sharing a lake of many small tables (issue 44's acceptance): `python -m bench.fleet_scale_bench
 [--quick] [--tables N] [--jobs J] [--source delta-log|kafka|both] [--rate R] [--baseline] [--stock-listings]
-[--keep-logs DIR]`.
+[--keep-logs DIR] [--stop kill|term]`.
 
 N small Delta tables (one 200-row commit each) under one root on the S3 emulator (moto_server, its listings from a
 sorted index as on S3: tests/moto_indexed.py; `--stock-listings` for moto's own, which visit the whole bucket), the
@@ -10,8 +10,9 @@ leases with the default `ttl_seconds` and `renew_seconds`. Measured, against the
 - commit -> decision while appends arrive at RATE tables a second (`--rate`) for APPEND_SECONDS: for each append,
   from its commit returning to its owner's `/status` showing the table at that version or later (polled every
   POLL_SECONDS, so figures are rounded up to that), p50 and p95; the merges the jobs ran meanwhile;
-- one job killed with SIGKILL: seconds until the others hold every table's lease (each job's `/status` fleet entry
-  for itself), and until they have taken every table up again (every table in one survivor's `/status` tables);
+- one job killed with SIGKILL (`--stop term`: stopped with SIGTERM): seconds until the others hold every table's
+  lease (each job's `/status` fleet entry for itself), and until they have taken every table up again (every table
+  in one survivor's `/status` tables);
 - rounds overlapping on a table, from the logs of every table appended to (0 required); every appended row there;
 - each job's peak resident memory (driver and its JVM: VmHWM summed over its processes).
 The jobs learn of commits by polling the tables' logs (`--source delta-log`, the default) or from commit events the
@@ -81,9 +82,10 @@ class Fleet:
 
 
 def run_fleet(
-    work: Path, s3: S3Server, name: str, fleet: Fleet, compact_files: int, kill: bool, broker: Broker | None
+    work: Path, s3: S3Server, name: str, fleet: Fleet, compact_files: int, stop: str | None, broker: Broker | None
 ) -> dict[str, Any]:
-    """One fleet on fresh tables under `name`: owned, appended to, (`kill`) one job killed; its figures. With a
+    """One fleet on fresh tables under `name`: owned, appended to, (`stop`) one job killed (`kill`) or stopped
+    (`term`); its figures. With a
     `broker`, the jobs learn of the appends from commit events on a topic of it, not by polling the logs."""
     count, jobs = fleet.tables, fleet.jobs
     began = time.monotonic()
@@ -133,8 +135,12 @@ def run_fleet(
             f"({result['decision_seconds']['p95_after_first_seconds']:.2f} s after the first {FIRST_SECONDS:.0f} s)"
         )
         result["peak_memory_mb"] = {f"job{i}": rss_mb(process, peak=True) for i, (process, _) in enumerate(processes)}
-        if kill:
-            kill_tree(processes[-1][0])
+        if stop is not None:
+            result["stop"] = stop
+            if stop == "kill":
+                kill_tree(processes[-1][0])
+            else:  # a graceful stop: the job hands its tables back as it ends
+                os.killpg(processes[-1][0].pid, signal.SIGTERM)
             killed, alive = time.monotonic(), ports[:-1]
             for key, condition, what in (  # a takeover that does not happen is a result: the run goes on
                 ("leases_taken_over_seconds", lambda: sum(leases_held(p) or 0 for p in alive) == count, "leases"),
@@ -142,13 +148,13 @@ def run_fleet(
             ):
                 try:
                     wait_until(condition, f"the killed job's {what}", TAKEOVER_TIMEOUT)
-                    result[key] = time.monotonic() - killed  # both from the kill
+                    result[key] = time.monotonic() - killed  # both from the signal
                 except RuntimeError as error:
                     result[key], result[f"{key}_error"] = None, str(error)
             shares = [owned(port) or set() for port in alive]
             result["shares_after_takeover"] = sorted(len(share) for share in shares)
             log(
-                f"{name}: after the kill: leases held after {result['leases_taken_over_seconds']} s, every table "
+                f"{name}: after the {stop}: leases held after {result['leases_taken_over_seconds']} s, every table "
                 f"taken up after {result['takeover_seconds']} s; shares "
                 f"{result['shares_after_takeover']} of {count}"
             )
@@ -192,6 +198,7 @@ def main(
     interval: float = INTERVAL_SECONDS,
     stock_listings: bool = False,
     keep_logs: Path | None = None,
+    stop: str = "kill",
 ) -> dict[str, Any]:
     shape = Fleet(tables or default_tables(quick), jobs, rate, interval)
     began = time.monotonic()
@@ -202,9 +209,9 @@ def main(
         work = Path(work_dir)
         broker = start_broker(work) if source in ("kafka", "both") else None
         try:
-            fleet = run_fleet(work, s3, "lake", shape, RULE_ON, kill=True, broker=broker)
-            polled = run_fleet(work, s3, "polled", shape, RULE_ON, False, None) if source == "both" else None
-            before = run_fleet(work, s3, "rule-off", shape, 0, False, broker) if baseline else None
+            fleet = run_fleet(work, s3, "lake", shape, RULE_ON, stop, broker)
+            polled = run_fleet(work, s3, "polled", shape, RULE_ON, None, None) if source == "both" else None
+            before = run_fleet(work, s3, "rule-off", shape, 0, None, broker) if baseline else None
         finally:
             if broker is not None:
                 broker.stop()
@@ -214,13 +221,13 @@ def main(
     rows = [
         ratio_row("commit -> decision p95 (s), against the target", p95, TARGET_P95_SECONDS, "<= 1"),
         ratio_row(
-            "leases of the killed job held by the others (s), against the takeover target",
+            f"leases of the job stopped ({stop}) held by the others (s), against the takeover target",
             fleet["leases_taken_over_seconds"] or TAKEOVER_TIMEOUT,
             TARGET_TAKEOVER_SECONDS,
             "<= 1",
         ),
         ratio_row(
-            "every table taken up after kill -9 (s), against the takeover target",
+            f"every table taken up after the {stop} (s), against the takeover target",
             fleet["takeover_seconds"] or TAKEOVER_TIMEOUT,  # not done within the timeout: at least that
             TARGET_TAKEOVER_SECONDS,
             "<= 1",
@@ -255,6 +262,7 @@ def main(
             f"-rate{rate:g}" if rate != RATE else "",
             f"-interval{interval:g}" if interval != INTERVAL_SECONDS else "",
             "-stock-listings" if stock_listings else "",
+            "-term" if stop == "term" else "",
         )
     )
     events = "commit events from Kafka" if broker is not None else "the logs polled"
@@ -309,6 +317,12 @@ if __name__ == "__main__":
         type=Path,
         metavar="DIR",
         help="copy the jobs' logs and the emulator's request log into DIR before the work directory is deleted",
+    )
+    parser.add_argument(
+        "--stop",
+        choices=("kill", "term"),
+        default="kill",
+        help="how one job is stopped after the appends: SIGKILL (default) or SIGTERM (a graceful stop)",
     )
     arguments = parser.parse_args()
     main(**vars(arguments))

@@ -264,7 +264,8 @@ def between_triggers(query: Any) -> bool:
 def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float = 60.0) -> None:
     """No new merges; let the running batch finish its merge and commit (bounded), then stop the query between two
     triggers: stopped while Spark had started a batch, the batch's first Spark call was interrupted and Py4J logged its
-    traceback (harmless: the batch was not committed and runs again after a restart)."""
+    traceback (harmless: the batch was not committed and runs again after a restart). Last, a job sharing tables hands
+    them back to the others."""
     handler.stopping.set()
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline and not (handler.idle.wait(timeout=0.2) and between_triggers(query)):
@@ -273,5 +274,11 @@ def stop_gracefully(query: Any, handler: ReclusterHandler, grace_seconds: float 
     for thread in handler.background:
         thread.join(timeout=max(deadline - time.monotonic(), 5.0))
     handler.flush_history()
+    leases = handler.discovery.leases if handler.discovery is not None else None
+    if leases is not None:
+        try:  # its tables to the other jobs at their next lease pass, not after its heartbeat's expiry
+            leases.hand_back()
+        except Exception as error:  # they wait for the expiry, as after a kill
+            log.error("recluster job=%s reason=hand_back_failed error=%s", leases.job, first_line(error))
     if handler.reports.metrics is not None:
         handler.reports.metrics.close()

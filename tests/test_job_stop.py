@@ -1,13 +1,18 @@
 """How the job stops (jobs/autorecluster.py): gracefully, between two triggers, so no batch Spark has started is
-interrupted in the middle of a Spark call (which logged a traceback)."""
+interrupted in the middle of a Spark call (which logged a traceback); a job sharing tables hands them back last."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from jobs.autorecluster import stop_gracefully
+from recluster.core.leases import Heartbeat
 from recluster.engine.handler import ReclusterHandler
+from recluster.engine.job_discovery import JobDiscovery
 from recluster.settings import Settings
+from recluster.settings_discovery import DiscoverySettings, LeaseSettings, StorageRoot
 
 
 class TriggeredQuery:
@@ -42,3 +47,30 @@ def test_a_trigger_that_never_ends_is_stopped_at_the_deadline() -> None:
     query = TriggeredQuery(active_reads=10**9)
     stop_gracefully(query, handler, grace_seconds=0.5)
     assert query.stopped_after is not None and query.stopped_after >= 2
+
+
+def test_a_graceful_stop_of_a_job_sharing_tables_hands_them_back_after_the_query_stopped(tmp_path: Path) -> None:
+    """The last step of a graceful stop: the job's heartbeat written already expired, with its holdings, so the other
+    jobs claim its tables at their next lease pass (docs/discovery.md#several-jobs)."""
+    leases = LeaseSettings(root=str(tmp_path / "leases"), ttl_seconds=30, renew_seconds=10)
+    settings = Settings(discovery=DiscoverySettings(roots=[StorageRoot(uri=str(tmp_path / "lake"))], leases=leases))
+    handler = ReclusterHandler(settings, settings.tables, spark=None)
+    discovery = JobDiscovery(settings, None, frozenset(), handler.take_up_found, handler.let_go, None)
+    assert discovery.leases is not None
+    handler.discovery, job = discovery, discovery.leases
+    job.beat()
+    job.run_pass(["s3://bucket/t0", "s3://bucket/t1"], lambda uri: None)
+    beats_at_stop: list[dict[str, Heartbeat]] = []
+
+    class QueryNoticingTheLeases(TriggeredQuery):
+        def stop(self) -> None:
+            super().stop()
+            beats_at_stop.append(job.store.heartbeats()[0])
+
+    stop_gracefully(QueryNoticingTheLeases(active_reads=0), handler)
+    assert beats_at_stop[0][job.job].alive(time.time(), 30)  # alive until the query stopped
+    after = job.store.heartbeats()[0][job.job]
+    assert not after.alive(time.time(), 30) and after.owned == 2
+    holdings = job.store.holdings(job.job)
+    assert holdings is not None and set(holdings.sequences) == {"s3://bucket/t0", "s3://bucket/t1"}
+    assert job.held == {} and not job.may_work()

@@ -103,6 +103,22 @@ def test_malformed_holdings_are_one_line_and_the_tables_are_claimed_the_long_way
     assert survivor.dead == {dead.job: (dead.last_heartbeat, None)}
 
 
+def test_a_job_stopping_hands_its_tables_back_at_once(tmp_path: Path) -> None:
+    """A graceful stop hands the tables back: the other job's next lease pass claims them all (one create each, from
+    the holdings), without waiting for the stopped job's heartbeat to expire; the stopped job claims nothing more."""
+    staying, stopping = jobs(tmp_path, 2)  # ttl 30 s: an expiry would not come within this test
+    settle([staying, stopping], TABLES, [])
+    handed = dict(stopping.held)
+    stopping.hand_back()
+    read: list[str] = []
+    latest_claim = staying.store.latest_claim
+    staying.store.latest_claim = lambda table: read.append(table) or latest_claim(table)  # type: ignore[method-assign]
+    staying.beat()
+    assert set(staying.run_pass(TABLES, lambda table: None).taken) == set(handed) and read == []
+    assert staying.held.keys() == set(TABLES)
+    assert stopping.run_pass(TABLES, lambda table: None).owned == frozenset()
+
+
 def test_two_jobs_claiming_one_table_at_once_one_wins(tmp_path: Path) -> None:
     first, second = jobs(tmp_path, 2)
     assert first.store.create_claim(Claim(TABLES[0], 0, "job-0"))

@@ -87,6 +87,16 @@ class JobLeases:
         self.store.write_heartbeat(Heartbeat(self.job, now, len(self.held)))
         self.last_heartbeat = now
 
+    def hand_back(self) -> None:
+        """At a graceful stop, once no work runs: say this job is gone (a heartbeat already expired, with its holdings
+        current), so the others' next lease pass claims its tables, each with one request, instead of waiting for its
+        heartbeat to expire (docs/discovery.md#several-jobs)."""
+        self._write_holdings()
+        expired = time.time() - self.settings.ttl_seconds
+        self.store.write_heartbeat(Heartbeat(self.job, expired, len(self.held)))
+        self.held.clear()
+        self.last_heartbeat = expired  # a lease pass still running claims nothing more
+
     def run_pass(self, tables: Collection[str], let_go: Callable[[str], None]) -> LeasePass:
         now = time.time()
         if self.held and now - self.last_heartbeat >= self.settings.ttl_seconds:  # others may have taken them
