@@ -193,6 +193,8 @@ BENCHMARKS = (
             "fleet-scale-kafka-tables1000-rate5-interval300-before-holdings-2026-12-07.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-holdings-2026-12-07.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-overlapped-2026-12-07.json",
+            "fleet-scale-kafka-tables1000-rate5-interval300-term-before-hand-back-2026-12-07.json",
+            "fleet-scale-kafka-tables1000-rate5-interval300-term-hand-back-2026-12-07.json",
             "fleet-scale-kafka-attempt-2026-11-29.json",
             "fleet-scale-kafka-interval300-2026-11-29.json",
             "fleet-scale-kafka-interval300-deferred-opened-2026-11-29.json",
