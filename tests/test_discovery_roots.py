@@ -154,6 +154,8 @@ def test_taking_over_a_dead_jobs_table_on_an_object_store_is_one_request(s3: S3S
     methods = sorted(line.split()[0] + (" holdings" if "/holdings/" in line else "") for line in claims)
     assert methods == ["GET holdings"] + ["PUT"] * 4 + ["PUT holdings"], claims
     assert {survivor.store.latest_claim(table) for table in tables} == {Claim(t, 1, "survivor") for t in tables}
+    survivor.store.forget_job("dead")  # long dead: its heartbeat and holdings deleted
+    assert sorted(survivor.store.heartbeats()[0]) == ["survivor"] and survivor.store.holdings("dead") is None
 
 
 def test_a_table_opened_for_its_properties_is_taken_up_with_one_request_when_unchanged(s3: S3Server) -> None:

@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recluster.core.leases import Claim, Heartbeat, balanced_owners, first_expiry, table_key
+from recluster.core.leases import (
+    FORGOTTEN_AFTER_TTLS,
+    Claim,
+    Heartbeat,
+    Holdings,
+    balanced_owners,
+    first_expiry,
+    table_key,
+)
 from recluster.engine.leases import JobLeases
 from recluster.settings_discovery import LeaseSettings
 
@@ -117,6 +125,21 @@ def test_a_job_stopping_hands_its_tables_back_at_once(tmp_path: Path) -> None:
     assert set(staying.run_pass(TABLES, lambda table: None).taken) == set(handed) and read == []
     assert staying.held.keys() == set(TABLES)
     assert stopping.run_pass(TABLES, lambda table: None).owned == frozenset()
+
+
+def test_a_long_dead_jobs_heartbeat_and_holdings_are_deleted(tmp_path: Path) -> None:
+    """Every lease pass reads every heartbeat, and each start is a new job: a job dead for FORGOTTEN_AFTER_TTLS
+    renewals' worth of ttl has its lease objects deleted; one dead more recently keeps them (its holdings serve the
+    takeover)."""
+    (live,) = jobs(tmp_path, 1, ttl=3.0)
+    now = time.time()
+    for job, age in (("gone", FORGOTTEN_AFTER_TTLS * 3.0 + 1), ("dead", 2 * 3.0)):
+        live.store.write_heartbeat(Heartbeat(job, now - age, 1))
+        live.store.write_holdings(Holdings(job, {"s3://bucket/elsewhere": 0}))
+    live.beat()
+    live.run_pass(TABLES, lambda table: None)
+    assert sorted(live.store.heartbeats()[0]) == ["dead", live.job]
+    assert sorted(path.name for path in (tmp_path / "holdings").iterdir()) == ["dead.json", f"{live.job}.json"]
 
 
 def test_two_jobs_claiming_one_table_at_once_one_wins(tmp_path: Path) -> None:

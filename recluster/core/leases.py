@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+FORGOTTEN_AFTER_TTLS = 10
+"""A dead job's heartbeat and holdings are deleted this many `ttl_seconds` after its last heartbeat."""
+
 
 class LeaseError(ValueError):
     """A lease object that cannot be read as one: one line naming it; that table waits, the others go on."""
@@ -34,6 +37,11 @@ class Heartbeat:
 
     def alive(self, now: float, ttl_seconds: float) -> bool:
         return now < self.expires_at(ttl_seconds)
+
+    def forgotten(self, now: float, ttl_seconds: float) -> bool:
+        """Whether the job is so long dead that its lease objects are deleted: every lease pass reads every
+        heartbeat, and a job's id is new on every start; its tables were taken over long before."""
+        return now >= self.written_at + FORGOTTEN_AFTER_TTLS * ttl_seconds
 
     def to_json(self) -> bytes:
         return json.dumps({"job": self.job, "written_at": self.written_at, "owned": self.owned}).encode()

@@ -6,6 +6,7 @@ rules are core/leases.py's."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 
@@ -92,6 +93,12 @@ class LeaseStore:
         if "://" not in self.root:
             os.makedirs(os.path.join(self.root, folder), exist_ok=True)
         return put_if_absent(self.root, f"{folder}/{claim.sequence:020d}.json", claim.to_json(), self.options)
+
+    def forget_job(self, job: str) -> None:
+        """Delete a long-dead job's heartbeat and holdings (either may be gone already: another job deleted it)."""
+        for relative in (f"{JOBS}/{job}.json", f"{HOLDINGS}/{job}.json"):
+            with contextlib.suppress(FileNotFoundError):
+                self.filesystem.delete_file(stored_location(self.root, relative))
 
     def _replace(self, relative: str, data: bytes) -> None:
         """Write an object only its job writes, replacing it whole."""

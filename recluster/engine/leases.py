@@ -109,6 +109,13 @@ class JobLeases:
         beats, problems = self.store.heartbeats()
         for problem in problems:
             log.error("recluster reason=bad_heartbeat error=%s", problem)
+        for job in [job for job, beat in beats.items() if beat.forgotten(now, self.settings.ttl_seconds)]:
+            del beats[job]
+            try:
+                self.store.forget_job(job)
+                log.info("recluster job=%s reason=forgotten: its heartbeat and holdings deleted", job)
+            except Exception as error:  # left for the next pass, or another job
+                log.error("recluster job=%s reason=forget_failed error=%s", job, first_line(error))
         alive = {job: beat for job, beat in beats.items() if beat.alive(now, self.settings.ttl_seconds)}
         alive[self.job] = Heartbeat(self.job, now, len(self.held))
         targets = balanced_owners(tables, list(alive))
