@@ -5,6 +5,7 @@ One module per command group (tables, watch, kafka, optimize, demo), the parser 
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,16 @@ from recluster.settings import SettingsError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = command(argv)
+    # The command's frames are gone: what it no longer references is freed now, native threads included, not in the
+    # interpreter's teardown, where a C++ thread aborted finished commands now and then ("terminate called without an
+    # active exception", exit 134: docs/commands.md#exit-codes).
+    gc.collect()
+    return code
+
+
+def command(argv: Sequence[str] | None) -> int:
+    """Parse and run one command: its exit code; a user error or a storage error no retry fixed is one line."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
