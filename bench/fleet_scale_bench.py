@@ -147,7 +147,7 @@ def run_fleet(
                 ("takeover_seconds", lambda: partition(alive, set(uris)) is not None, "tables taken up"),
             ):
                 try:
-                    wait_until(condition, f"the killed job's {what}", TAKEOVER_TIMEOUT)
+                    wait_until(condition, f"the stopped job's {what}", TAKEOVER_TIMEOUT)
                     result[key] = time.monotonic() - killed  # both from the signal
                 except RuntimeError as error:
                     result[key], result[f"{key}_error"] = None, str(error)

@@ -68,8 +68,8 @@ class JobLeases:
         """Tables whose lease could not be read, with the one line saying why."""
         self.fleet: tuple[Heartbeat, ...] = ()
         self.dead: dict[str, tuple[float, Holdings | None]] = {}
-        """Per dead job that owned tables: its last heartbeat's time and its holdings read then (None: unreadable or
-        never written)."""
+        """Per dead job whose heartbeat is still there: its last heartbeat's time and its holdings read then (None:
+        unreadable or never written)."""
 
     @property
     def next_expiry(self) -> float | None:
@@ -146,10 +146,9 @@ class JobLeases:
                     taken.append(table)
         alive[self.job] = Heartbeat(self.job, now, len(self.held))  # this pass's claims counted
         self.fleet = tuple(sorted(alive.values(), key=lambda beat: beat.job))
-        if taken or released:
-            self._write_holdings()
         outcome = LeasePass(frozenset(self.held), tuple(taken), tuple(released), self.fleet)
         if taken or released:
+            self._write_holdings()
             log.info("recluster job=%s %s", self.job, outcome)
         return outcome
 
