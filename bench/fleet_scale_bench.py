@@ -11,8 +11,9 @@ leases with the default `ttl_seconds` and `renew_seconds`. Measured, against the
   from its commit returning to its owner's `/status` showing the table at that version or later (polled every
   POLL_SECONDS, so figures are rounded up to that), p50 and p95; the merges the jobs ran meanwhile;
 - one job killed with SIGKILL (`--stop term`: stopped with SIGTERM): seconds until the others hold every table's
-  lease (each job's `/status` fleet entry for itself), and until they have taken every table up again (every table
-  in one survivor's `/status` tables);
+  lease (each job's `/status` fleet entry for itself); until its tables receiving commits are served again (the last
+  decision of AFTER_STOP_SECONDS of appends to its tables from the signal on, AFTER_STOP_RATE a second); and until
+  they have taken every table up again (every table in one survivor's `/status` tables);
 - rounds overlapping on a table, from the logs of every table appended to (0 required); every appended row there;
 - each job's peak resident memory (driver and its JVM: VmHWM summed over its processes).
 The jobs learn of commits by polling the tables' logs (`--source delta-log`, the default) or from commit events the
@@ -34,6 +35,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,9 @@ INTERVAL_SECONDS = 60.0
 OWNED_TIMEOUT = 3_600.0
 TAKEOVER_TIMEOUT = 600.0
 TARGET_P95_SECONDS, TARGET_TAKEOVER_SECONDS = 5.0, 60.0
+AFTER_STOP_RATE, AFTER_STOP_SECONDS = 1.0, 30.0
+"""Appends to the stopped job's tables from its stop on, one table each: the time until the last is decided is when
+its tables are served again (the others' leases come 30-40 s after a kill: each of these waits for them)."""
 RULE_ON = SmallTableSettings().compact_files
 
 
@@ -137,11 +142,14 @@ def run_fleet(
         result["peak_memory_mb"] = {f"job{i}": rss_mb(process, peak=True) for i, (process, _) in enumerate(processes)}
         if stop is not None:
             result["stop"] = stop
+            stopped_tables = sorted(owned(ports[-1]) or ())
             if stop == "kill":
                 kill_tree(processes[-1][0])
             else:  # a graceful stop: the job hands its tables back as it ends
                 os.killpg(processes[-1][0].pid, signal.SIGTERM)
             killed, alive = time.monotonic(), ports[:-1]
+            after = DecisionClock(stopped_tables, batches, options, events, AFTER_STOP_RATE)
+            appending = ThreadPoolExecutor(1).submit(after.run, alive, AFTER_STOP_SECONDS)
             for key, condition, what in (  # a takeover that does not happen is a result: the run goes on
                 ("leases_taken_over_seconds", lambda: sum(leases_held(p) or 0 for p in alive) == count, "leases"),
                 ("takeover_seconds", lambda: partition(alive, set(uris)) is not None, "tables taken up"),
@@ -151,11 +159,23 @@ def run_fleet(
                     result[key] = time.monotonic() - killed  # both from the signal
                 except RuntimeError as error:
                     result[key], result[f"{key}_error"] = None, str(error)
+            try:
+                appending.result()  # a failed append fails the run (its rows would be missing from the check)
+                result["served_again_seconds"] = max(after.decided) - killed
+            except RuntimeError as error:  # not every append decided in time: a result
+                result["served_again_seconds"], result["served_again_seconds_error"] = None, str(error)
+            result["after_stop_decision_seconds"] = {
+                "appends": len(after.latencies) + len(after.pending),
+                "decided": len(after.latencies),
+                "p50": percentile(after.latencies, 50) if after.latencies else None,
+                "max": max(after.latencies, default=None),
+            }
             shares = [owned(port) or set() for port in alive]
             result["shares_after_takeover"] = sorted(len(share) for share in shares)
             log(
                 f"{name}: after the {stop}: leases held after {result['leases_taken_over_seconds']} s, every table "
-                f"taken up after {result['takeover_seconds']} s; shares "
+                f"taken up after {result['takeover_seconds']} s; the appends of the {AFTER_STOP_SECONDS:.0f} s after "
+                f"it to its tables decided after {result['served_again_seconds']} s; shares "
                 f"{result['shares_after_takeover']} of {count}"
             )
     finally:
@@ -223,6 +243,13 @@ def main(
         ratio_row(
             f"leases of the job stopped ({stop}) held by the others (s), against the takeover target",
             fleet["leases_taken_over_seconds"] or TAKEOVER_TIMEOUT,
+            TARGET_TAKEOVER_SECONDS,
+            "<= 1",
+        ),
+        ratio_row(
+            f"the appends of the {AFTER_STOP_SECONDS:.0f} s after the {stop} to its tables decided (s), against the "
+            "takeover target",
+            fleet["served_again_seconds"] or TAKEOVER_TIMEOUT,
             TARGET_TAKEOVER_SECONDS,
             "<= 1",
         ),

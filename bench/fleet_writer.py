@@ -87,6 +87,8 @@ class DecisionClock:
         self.uris, self.batches, self.options, self.events, self.rate = uris, batches, options, events, rate
         self.pending: list[tuple[str, int, float]] = []
         self.latencies: list[float] = []
+        self.decided: list[float] = []
+        """When each append showed in its owner's /status (time.monotonic(), rounded up to POLL_SECONDS)."""
         self.later: list[float] = []
         """The latencies of the appends committed FIRST_SECONDS or more after the first: the jobs' first batches with
         commits start Spark's Python workers, which one-off cost the appends meanwhile wait for."""
@@ -135,14 +137,15 @@ class DecisionClock:
             for uri, version, committed in self.pending:
                 if versions.get(uri, -1) >= version:
                     self.latencies.append(now - committed)
+                    self.decided.append(now)
                     if committed - self.started >= FIRST_SECONDS:
                         self.later.append(now - committed)
                 else:
                     waiting.append((uri, version, committed))
             self.pending = waiting
 
-    def run(self, ports: list[int]) -> None:
-        """Append for APPEND_SECONDS (tables in a shuffled cycle), then wait for every decision."""
+    def run(self, ports: list[int], seconds: float = APPEND_SECONDS) -> None:
+        """Append for `seconds` (tables in a shuffled cycle), then wait for every decision."""
         stop = threading.Event()
 
         def poller() -> None:
@@ -155,7 +158,7 @@ class DecisionClock:
         with ThreadPoolExecutor(8) as pool:
             started = self.started = time.monotonic()
             appends = []
-            for index in range(int(self.rate * APPEND_SECONDS)):
+            for index in range(int(self.rate * seconds)):
                 time.sleep(max(0.0, started + index / self.rate - time.monotonic()))
                 appends.append(pool.submit(self.append, str(next(chosen))))
             for append in appends:

@@ -16,6 +16,7 @@ from recluster.core.errors import TableError
 from recluster.core.leases import Claim
 from recluster.delta.log_writer import set_table_properties
 from recluster.delta.snapshot import open_table
+from recluster.engine.claimed_order import ClaimedOrder
 from recluster.engine.discovery import RECHECK_EVERY_SWEEPS, FoundTable, RootScanner, SourceScan
 from recluster.engine.handler import ReclusterHandler
 from recluster.engine.job_discovery import EXPIRY_MARGIN_SECONDS, SWEEP_PAUSE_SECONDS, JobDiscovery
@@ -203,12 +204,18 @@ def test_a_job_reads_the_properties_of_the_tables_it_holds_only_and_of_one_as_it
     assert full_sweep(scanner, 1) == [(True, [])]  # "a" filtered out at once; "x/b" another job's
     held.add(f"{root}/x/b")  # claimed: read now (opened: no probe for a next commit), not again before the next sweep
     before = len(s3.requests())
-    assert [t.uri for t in scanner.open_claimed(sorted(held))] == [f"{root}/x/b"]
+    assert [t.uri for t in open_claimed(scanner, held)] == [f"{root}/x/b"]
     version = DeltaTable(f"{root}/x/b", storage_options=s3.options()).version()
     assert not [line for line in s3.requests()[before:] if f"/x/b/_delta_log/{version + 1:020d}.json" in line]
     before = len(s3.requests())
-    assert scanner.open_claimed(sorted(held)) == [] and len(s3.requests()) == before
+    assert open_claimed(scanner, held) == [] and len(s3.requests()) == before
     assert full_sweep(scanner, 1) == [(True, ["x/b"])]
+
+
+def open_claimed(scanner: RootScanner, claimed: set[str]) -> list[FoundTable]:
+    order = ClaimedOrder(memory_seconds=0.0)
+    order.claim(scanner.unread_claims(sorted(claimed)))
+    return scanner.open_claimed(order)
 
 
 def test_a_found_table_is_taken_up_from_the_table_its_properties_were_read_from(s3: S3Server) -> None:

@@ -45,6 +45,8 @@ def test_a_job_reads_the_commits_of_the_tables_it_serves_only(tmp_path: Path) ->
     assert announced(sharing, ours, theirs) == set()  # found, but owned by no one yet (or by another job)
     sharing.add_found(TableSettings(uri=str(ours)), (PropertyLayer.of(Level.ROOT, str(tmp_path / "lake"), {}),))
     assert announced(sharing, ours, theirs) == {(str(ours), 0), (str(ours), 1)}
+    named = sharing.commits_for_events([event(ours, 0), event(theirs, 0)])
+    assert named.unserved == {str(theirs)}  # asked of discovery: read first if this job claimed it
     sharing.remove_found(str(ours))  # let go: taken over by another job
     assert announced(sharing, ours, theirs) == set()
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from recluster.core.errors import TableError, first_line
@@ -44,7 +44,11 @@ def read_rows(location: str, storage_options: Mapping[str, str] | None) -> pa.Ta
         table = DeltaTable(normalize_uri(location), storage_options=dict(storage_options or {}))
     except TableNotFoundError:
         return None
-    return pa.table(table.to_pyarrow_table())
+    # Read by delta-rs itself (DataFusion), not by a pyarrow dataset over delta-rs's Python file system: that scan can
+    # release Python-backed buffers on Arrow's threads after it returned, which aborted a command exiting right after
+    # it (exit 134, docs/commands.md#exit-codes).
+    reader = QueryBuilder().register("history", table).execute("SELECT * FROM history")
+    return pa.table(reader.read_all()).cast(pa.schema(table.schema().to_arrow()))
 
 
 def compact_small_files(location: str, storage_options: Mapping[str, str] | None) -> int:

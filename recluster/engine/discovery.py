@@ -26,6 +26,8 @@ from recluster.settings_discovery import CatalogSource, StorageRoot
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
+    from recluster.engine.claimed_order import ClaimedOrder
+
 log = logging.getLogger("recluster.discovery")
 
 DELTA_PROVIDER = "delta"
@@ -217,42 +219,61 @@ class RootScanner:
         listed = tuple(sorted(self.known | self.swept))
         return SourceScan(self.uri, tuple(found.values()), complete=False, listed=listed)
 
-    def open_claimed(self, uris: Collection[str], then: Callable[[FoundTable], None] | None = None) -> list[FoundTable]:
+    def unread_claims(self, uris: Collection[str]) -> list[str]:
         """Of the tables this job just claimed, those of this root whose properties this sweep has not read (it
-        claimed them since the sweep listed them): read now, those that pass the root's filter. `then`: called with
-        each of those as soon as it is read, with the table as opened (a job takes it up there and then: a takeover's
-        reads are the store's work, its take-ups the job's, and they overlap)."""
-        unread = [uri for uri in uris if (uri in self.known or uri in self.swept) and uri not in self.read]
-        self._open(unread, then)
-        return [self.sweep[uri] for uri in unread if uri in self.sweep]
+        claimed them since the sweep listed them)."""
+        return [uri for uri in uris if (uri in self.known or uri in self.swept) and uri not in self.read]
+
+    def open_claimed(self, order: ClaimedOrder, then: Callable[[FoundTable], None] | None = None) -> list[FoundTable]:
+        """Read the claimed tables `order` hands out (`unread_claims`, those a commit event named first),
+        `discovery.threads` at a time: those that pass the root's filter. `then`: called with each of those as soon as
+        it is read, with the table as opened (a job takes it up there and then: a takeover's reads are the store's
+        work, its take-ups the job's, and they overlap)."""
+        previous = {table.uri: table for table in self.last_sweep}
+        taken: list[str] = []
+
+        def reader() -> None:
+            while (uri := order.take()) is not None:
+                taken.append(uri)
+                self.read.add(uri)
+                table = self._read(uri, previous, then)
+                if table is not None:
+                    self.sweep[uri] = table
+
+        with ThreadPoolExecutor(self.threads, "recluster-discovery") as pool:
+            for future in [pool.submit(reader) for _ in range(self.threads)]:
+                future.result()
+        return [self.sweep[uri] for uri in taken if uri in self.sweep]
 
     def _still_a_table(self, uri: str) -> bool:
         """Whether a folder the last sweep found to be a table is taken as one without listing it (a table whose
         folder is gone is missing from its parent's listing)."""
         return uri in self.known and not in_turn(uri, self.properties.passes)
 
-    def _open(self, uris: list[str], then: Callable[[FoundTable], None] | None = None) -> None:
-        """Read the tables' properties, `discovery.threads` at a time (each is a read of its log). A table that cannot
-        be read is one line: it stays found if the last sweep found it (nothing is let go on a read error), else it
-        waits for the next sweep; the root's other tables go on."""
+    def _open(self, uris: list[str]) -> None:
+        """Read the tables' properties, `discovery.threads` at a time (each is a read of its log)."""
         previous = {table.uri: table for table in self.last_sweep}
         self.read.update(uris)
-
-        def opened(uri: str) -> FoundTable | None:
-            try:
-                own = self.properties.get(uri, self.options)
-                table = found_table(uri, self.uri, self.layers, self.root.where, self.options, own)
-            except Exception as error:
-                log.error("recluster table=%s reason=unreadable_table error=%s", uri, first_line(error))
-                table = previous.get(uri)
-            if table is not None and then is not None:
-                then(replace(table, opened=self.properties.take_one_opened(uri)))
-            return table
-
         with ThreadPoolExecutor(self.threads, "recluster-discovery") as pool:
-            for uri, table in zip(uris, pool.map(opened, uris), strict=True):
+            for uri, table in zip(uris, pool.map(lambda uri: self._read(uri, previous), uris), strict=True):
                 if table is not None:
                     self.sweep[uri] = table
+
+    def _read(
+        self, uri: str, previous: Mapping[str, FoundTable], then: Callable[[FoundTable], None] | None = None
+    ) -> FoundTable | None:
+        """One table's properties: the table as found, or None when it fails the root's filter. A table that cannot
+        be read is one line: it stays found if the last sweep found it (`previous`: nothing is let go on a read
+        error), else it waits for the next sweep; the root's other tables go on."""
+        try:
+            own = self.properties.get(uri, self.options)
+            table = found_table(uri, self.uri, self.layers, self.root.where, self.options, own)
+        except Exception as error:
+            log.error("recluster table=%s reason=unreadable_table error=%s", uri, first_line(error))
+            table = previous.get(uri)
+        if table is not None and then is not None:
+            then(replace(table, opened=self.properties.take_one_opened(uri)))
+        return table
 
     def _location(self, folder: str) -> str:
         base = self.uri if "://" not in self.uri else ""

@@ -148,6 +148,8 @@ class ReclusterHandler:
             rows = [r.asDict() for r in frame.collect()]
             if self.settings.stream.source == "kafka":
                 read = self.tables.commits_for_events(rows)
+                if self.discovery is not None:  # a table claimed and not read yet is read next
+                    self.discovery.ask(read.unserved)
                 commits, self.reports.skipped_events, failed = list(read.commits), read.malformed, read.failed
             else:
                 commits, failed = [CommitEntry.from_row(row) for row in rows], {}

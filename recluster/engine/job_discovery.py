@@ -9,12 +9,13 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from recluster.core.discovery import DiscoveryChanges, discovery_changes
+from recluster.engine.claimed_order import ClaimedOrder
 from recluster.engine.discovery import (
     FoundTable,
     OwnProperties,
@@ -84,12 +85,23 @@ class JobDiscovery:
         self.discovered: frozenset[str] = frozenset()
         """Every table the sources list, whatever its properties: with leases, the tables the jobs split."""
         self.failed: set[str] = set()
+        # A dead job's tables are claimed up to a lease's expiry and a renewal after its death, then the claims take
+        # a while: an event is remembered for twice that.
+        memory = 2 * (leases.ttl_seconds + leases.renew_seconds) if leases is not None else 0.0
+        self.claimed = ClaimedOrder(memory_seconds=memory)
+        """The tables the lease pass claimed and has still to read, and the tables events named lately (`ask`)."""
         self.scanned_at = -float("inf")
         self.deferred = False
         """The last pass left tables of this job's to take up (its time was up): the next one follows at once."""
         self.sweeping = False
         """A root's sweep stopped at its listing budget: the next pass goes on with it, without waiting for the
         interval (a big root is swept in consecutive passes, one `period` apart)."""
+
+    def ask(self, uris: Collection[str]) -> None:
+        """Tables commit events named that this job does not serve: those it claimed and has still to read are read
+        and taken up before the others (a takeover's), now or once claimed. Any thread."""
+        if self.leases is not None and uris:
+            self.claimed.ask(uris)
 
     def holds(self, uri: str) -> bool:
         """Whether this job holds the table's lease (its properties are this job's to read)."""
@@ -163,7 +175,8 @@ class JobDiscovery:
             lease_pass = self.leases.run_pass(sorted(self.discovered | kept), self._forget)
             taken_up: list[tuple[FoundTable, int]] = []
             for scanner in self.scanners:  # claimed since the sweep listed them: their properties now, each taken up
-                claimed = scanner.open_claimed(lease_pass.taken, lambda t: taken_up.append((t, self.take_up(t))))
+                self.claimed.claim(scanner.unread_claims(lease_pass.taken))
+                claimed = scanner.open_claimed(self.claimed, lambda t: taken_up.append((t, self.take_up(t))))
                 self.found.update((table.uri, table) for table in claimed)
             for table, version in taken_up:
                 self._watch(table, version)

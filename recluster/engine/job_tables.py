@@ -42,6 +42,8 @@ class CommitsFromEvents:
     malformed: int
     failed: Mapping[str, Exception]
     """Tables whose commits could not be read, and why."""
+    unserved: frozenset[str] = frozenset()
+    """Tables events named that the job does not serve (another job's, or one it claimed and has still to take up)."""
 
 
 EVENT_READ_THREADS = 8
@@ -178,12 +180,14 @@ class JobTables:
                 event["error"],
             )
         newest: dict[str, tuple[int, int]] = {}
+        unserved: set[str] = set()
         for event in events:
             if event["error"]:
                 continue
             uri = normalize_uri(event["table"])
             if not self.serves(uri):
-                continue  # another job's table, or one no setting names: its commits are not read
+                unserved.add(uri)  # another job's table, or one no setting names: its commits are not read
+                continue
             low, high = newest.get(uri, (event["version"], event["version"]))
             newest[uri] = (min(low, event["version"]), max(high, event["version"]))
         ranges: list[tuple[str, int, int]] = []
@@ -206,4 +210,4 @@ class JobTables:
                 failed[uri] = outcome
             else:
                 commits.extend(outcome)
-        return CommitsFromEvents(tuple(commits), len(malformed), failed)
+        return CommitsFromEvents(tuple(commits), len(malformed), failed, frozenset(unserved))
