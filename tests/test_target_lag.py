@@ -191,7 +191,9 @@ def test_the_tighter_target_is_served_first_and_meets_it(tmp_path: Path, capsys:
     try:
         server.attach(SimpleNamespace(isActive=True, lastProgress=None, exception=lambda: None), handler)
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/status", timeout=30) as reply:
-            shown = {t["table"]: t["lag"] for t in json.load(reply)["tables"]}
+            body = reply.read()
+        assert body.count(b"\n") == 1 and b'":' in body and b'": ' not in body  # compact: Python's C encoder
+        shown = {t["table"]: t["lag"] for t in json.loads(body)["tables"]}
     finally:
         server.stop()
     first, second = shown[str(tight)], shown[str(loose)]
