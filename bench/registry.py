@@ -153,6 +153,14 @@ BENCHMARKS = (
         ("discovery-takeup-quick-2026-11-28.json",),
     ),
     Benchmark(
+        "log-reads",
+        "bench.log_reads_bench",
+        "a Python thread's share of the interpreter beside four threads reading commit files on the S3 emulator (20 ms "
+        "a request), and their reads a second: one GET through obstore against delta-rs's file system for pyarrow",
+        "log-reads",
+        ("log-reads-2026-12-07.json",),
+    ),
+    Benchmark(
         "fleet-scale",
         "bench.fleet_scale_bench",
         "three jobs sharing many small tables on the S3 emulator (issue 44): owned, commit-to-decision at 20 appends a "

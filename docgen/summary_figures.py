@@ -285,3 +285,13 @@ def pages(results: Results) -> str:
         f"Rendering cost (`python -m bench.pages_bench`, {source(file)}; {c['tables']} tables, best of 5 over HTTP "
         "from `recluster ui`, which reads every table's log per request):\n\n" + summary_table(c["summary"])
     )
+
+
+def log_reads(results: Results) -> str:
+    file, r = results.get("log-reads")
+    details = (
+        f"{r['readers']} threads reading one commit file in a loop on the S3 emulator, {r['latency_ms']} ms added to "
+        f"each request, beside a thread counting a Python loop for {r['spin_seconds']:.0f} s; median of "
+        f"{len(r['share_of_spin']['obstore'])} rounds, alternating; baseline = delta-rs's file system for pyarrow"
+    )
+    return bench_block("Reading commits", "log_reads_bench", file, details, r["summary"])

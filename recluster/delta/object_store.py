@@ -169,6 +169,23 @@ def get_object(table_uri: str, relative: str, storage_options: Mapping[str, str]
         raise FileNotFoundError(f"{table_uri.rstrip('/')}/{relative}") from None
 
 
+def object_exists(table_uri: str, relative: str, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether `relative` exists under the root: one HEAD."""
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    try:
+        obstore.head(_store(table_uri, storage_options), relative)
+    except (NotFoundError, FileNotFoundError):  # a HEAD's 404 comes as the latter
+        return False
+    return True
+
+
+def on_object_store(table_uri: str) -> bool:
+    """Whether the URI is on a store obstore reaches (S3, GCS, Azure), not a local path."""
+    return urlparse(table_uri).scheme.lower() in _SCHEMES
+
+
 def put_object(table_uri: str, relative: str, data: bytes, storage_options: Mapping[str, str] | None) -> None:
     """Write `relative` under the root, replacing it: for an object only one writer ever writes (a heartbeat)."""
     import obstore

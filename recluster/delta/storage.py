@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
 
 from recluster.core.errors import TableError
+from recluster.delta.object_store import get_object, object_exists, on_object_store, put_new_object
 
 
 def _option(options: Mapping[str, str], *names: str, environment: bool = False) -> str:
@@ -129,8 +130,10 @@ def log_file(table_uri: str, name: str) -> str:
 
 
 def commit_file_exists(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> bool:
-    """Whether `_delta_log/<version>.json` exists: one HEAD on an object store (a stat through delta-rs
-    would also list the name as a directory; opening the file only reads its metadata)."""
+    """Whether `_delta_log/<version>.json` exists: one HEAD on an object store, through obstore (as
+    `read_log_actions`)."""
+    if on_object_store(table_uri):
+        return object_exists(table_uri, log_file(table_uri, f"{version:020d}.json"), storage_options)
     filesystem = table_filesystem(table_uri, storage_options)
     try:
         filesystem.open_input_file(log_file(table_uri, f"{version:020d}.json")).close()
@@ -140,11 +143,18 @@ def commit_file_exists(table_uri: str, version: int, storage_options: Mapping[st
 
 
 def read_log_actions(table_uri: str, version: int, storage_options: Mapping[str, str] | None) -> list[dict[str, Any]]:
-    """The actions of one commit file; FileNotFoundError when the log no longer has it."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    with filesystem.open_input_stream(log_file(table_uri, f"{version:020d}.json")) as stream:
-        lines = stream.read().decode("utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """The actions of one commit file; FileNotFoundError when the log no longer has it. On an object store one GET
+    through obstore, which waits for the store without the interpreter's lock: delta-rs's file system for pyarrow
+    held it for much of each request (a HEAD, then a GET), so a job's other threads stalled behind its commit reads
+    (docs/streaming.md#reading-commits). Errors other than a missing file are obstore's own (storage_faults.py tells
+    them apart)."""
+    name = log_file(table_uri, f"{version:020d}.json")
+    if on_object_store(table_uri):
+        data = get_object(table_uri, name, storage_options)
+    else:
+        with table_filesystem(table_uri, storage_options).open_input_stream(name) as stream:
+            data = stream.read()
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
 
 
 def read_last_checkpoint(
@@ -243,7 +253,6 @@ def put_if_absent(table_uri: str, relative: str, data: bytes, storage_options: M
         finally:
             os.remove(temporary)
         return True
-    from recluster.delta.object_store import put_new_object
 
     return put_new_object(table_uri, relative, data, storage_options)
 
