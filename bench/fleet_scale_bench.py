@@ -1,6 +1,6 @@
 """Several jobs sharing a lake of many small tables (issue 44's acceptance): `python -m bench.fleet_scale_bench
 [--quick] [--tables N] [--jobs J] [--source delta-log|kafka|both] [--rate R] [--baseline] [--stock-listings]
-[--keep-logs DIR] [--stop kill|term]`.
+[--keep-logs DIR] [--stop kill|term] [--writer delta-rs|log]`.
 
 N small Delta tables (one 200-row commit each) under one root on the S3 emulator (moto_server, its listings from a
 sorted index as on S3: tests/moto_indexed.py; `--stock-listings` for moto's own, which visit the whole bucket), the
@@ -18,12 +18,14 @@ leases with the default `ttl_seconds` and `renew_seconds`. Measured, against the
 - each job's peak resident memory (driver and its JVM: VmHWM summed over its processes).
 The jobs learn of commits by polling the tables' logs (`--source delta-log`, the default) or from commit events the
 writer publishes after each append to a topic of an Apache Kafka broker (tests/kafka_broker) that every job reads
-(`--source kafka`); `both` runs the lake twice, Kafka first, the two side by side.
+(`--source kafka`); `both` runs the lake twice, Kafka first, the two side by side. The writer appends through delta-rs
+(`--writer delta-rs`, the default) or straight into the log (`--writer log`: the data file and the commit, two
+requests where delta-rs makes about 11; bench/fleet_writer.py).
 With `--baseline` the same lake shape runs again, on fresh tables, with the small-table rule off
 (`small_tables.compact_files=0`, what the jobs did before: a tiny table merged at every other append), for the
 decision lag only. N = 10,000 and J = 3 as the issue asks (quick: 300). Writes
 bench/results/fleet-scale[-kafka][-rate<R>][-interval<I>][-quick]-<date>.json (`-kafka` with `--source kafka` or
-`both`; `-rate<R>`, `-interval<I>` when not the defaults).
+`both`; `-rate<R>`, `-interval<I>` when not the defaults; `-term`, `-log-writer` with those).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from bench.common import log, percentile, publish
 from bench.fleet_writer import (
     FIRST_SECONDS,
     POLL_SECONDS,
+    WRITERS,
     DecisionClock,
     Events,
     wait_until,
@@ -85,6 +88,7 @@ class Fleet:
     jobs: int
     rate: float
     interval: float
+    writer: str = "delta-rs"
 
 
 def run_fleet(
@@ -115,12 +119,13 @@ def run_fleet(
         "rate_asked": fleet.rate,
         "discovery_interval_seconds": fleet.interval,
         "source": "kafka" if events else "delta-log",
+        "writer": fleet.writer,
         "small_tables_compact_files": compact_files,
     }
     try:
         result["owned_seconds"] = wait_until(lambda: balanced(ports, set(uris)), "every table owned", OWNED_TIMEOUT)
         log(f"{name}: every table owned once, balanced, {result['owned_seconds']:.0f} s after the jobs' start")
-        clock = DecisionClock(uris, batches, options, events, fleet.rate)
+        clock = DecisionClock(uris, batches, options, events, fleet.rate, fleet.writer)
         clock.run(ports)
         p50, p95 = percentile(clock.latencies, 50), percentile(clock.latencies, 95)
         result["decision_seconds"] = {
@@ -149,7 +154,7 @@ def run_fleet(
             else:  # a graceful stop: the job hands its tables back as it ends
                 os.killpg(processes[-1][0].pid, signal.SIGTERM)
             killed, alive = time.monotonic(), ports[:-1]
-            after = DecisionClock(stopped_tables, batches, options, events, AFTER_STOP_RATE)
+            after = DecisionClock(stopped_tables, batches, options, events, AFTER_STOP_RATE, fleet.writer)
             appending = ThreadPoolExecutor(1).submit(after.run, alive, AFTER_STOP_SECONDS)
             for key, condition, what in (  # a takeover that does not happen is a result: the run goes on
                 ("leases_taken_over_seconds", lambda: sum(leases_held(p) or 0 for p in alive) == count, "leases"),
@@ -220,8 +225,9 @@ def main(
     stock_listings: bool = False,
     keep_logs: Path | None = None,
     stop: str = "kill",
+    writer: str = "delta-rs",
 ) -> dict[str, Any]:
-    shape = Fleet(tables or default_tables(quick), jobs, rate, interval)
+    shape = Fleet(tables or default_tables(quick), jobs, rate, interval, writer)
     began = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="recluster-fleet-") as work_dir,
@@ -290,6 +296,7 @@ def main(
             f"-interval{interval:g}" if interval != INTERVAL_SECONDS else "",
             "-stock-listings" if stock_listings else "",
             "-term" if stop == "term" else "",
+            "-log-writer" if writer == "log" else "",
         )
     )
     events = "commit events from Kafka" if broker is not None else "the logs polled"
@@ -350,6 +357,13 @@ if __name__ == "__main__":
         choices=("kill", "term"),
         default="kill",
         help="how one job is stopped after the appends: SIGKILL (default) or SIGTERM (a graceful stop)",
+    )
+    parser.add_argument(
+        "--writer",
+        choices=tuple(WRITERS),
+        default="delta-rs",
+        help="how the bench appends: through delta-rs (default, about 11 requests an append) or straight into the "
+        "log (2: the data file and the commit)",
     )
     arguments = parser.parse_args()
     main(**vars(arguments))

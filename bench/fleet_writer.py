@@ -4,16 +4,23 @@ takes to show in its owner's `/status`."""
 
 from __future__ import annotations
 
+import io
 import itertools
+import json
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from recluster.delta.file_stats import delta_stats, stats_text
+from recluster.delta.object_store import put_object
+from recluster.delta.storage import log_file, put_if_absent
 from recluster.engine.publish import commit_event_json
 from tests.fleet_support import status
 from tests.kafka_broker import Broker
@@ -73,6 +80,64 @@ class Events:
         self.producer.close()
 
 
+class DeltaRsAppender:
+    """Appends through the table's open delta-rs handle, as a long-running writer does: delta-rs reads only the
+    commits since its last one (to check for conflicts) and leaves the handle at the version it wrote. Opening by URI
+    for the write and the version made the writer most of the emulator's requests (about 20 an append); bringing the
+    handle up to date before and after the write still cost about 5 of the 11 left."""
+
+    def __init__(self, uri: str, options: dict[str, str]) -> None:
+        self.table = DeltaTable(uri, storage_options=options)
+
+    def append(self, rows: pa.Table) -> int:
+        write_deltalake(self.table, rows, mode="append")
+        return self.table.version()  # the version written
+
+
+class LogAppender:
+    """Appends as a writer that keeps its table's version does, in two requests: the data file (a PUT) and the
+    commit (a create-if-absent PUT of the next version, the next again when a job's round took it; a blind append
+    conflicts with no round). delta-rs's append also lists and re-reads the log: about 11 requests, most of the
+    emulator's load at 20 appends a second, where S3 would serve the writer beside the jobs without slowing them.
+    The commit names no recluster producer: to the jobs it is a foreign append like delta-rs's."""
+
+    def __init__(self, uri: str, options: dict[str, str]) -> None:
+        self.uri, self.options = uri, options
+        self.version = DeltaTable(uri, storage_options=options).version()
+
+    def append(self, rows: pa.Table) -> int:
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        buffer = io.BytesIO()
+        pq.write_table(rows, buffer, compression="snappy")
+        data = buffer.getvalue()
+        put_object(self.uri, name, data, self.options)
+        now = int(time.time() * 1000)
+        stats = stats_text(delta_stats(rows, rows.column_names))
+        actions = [
+            {"commitInfo": {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}}},
+            {
+                "add": {
+                    "path": name,
+                    "partitionValues": {},
+                    "size": len(data),
+                    "modificationTime": now,
+                    "dataChange": True,
+                    "stats": stats,
+                }
+            },
+        ]
+        commit = "".join(json.dumps(action) + "\n" for action in actions).encode()
+        version = self.version + 1
+        while not put_if_absent(self.uri, log_file(self.uri, f"{version:020d}.json"), commit, self.options):
+            version += 1
+        self.version = version
+        return version
+
+
+WRITERS: dict[str, type[DeltaRsAppender] | type[LogAppender]] = {"delta-rs": DeltaRsAppender, "log": LogAppender}
+"""How the bench appends (`--writer`): through delta-rs, or straight into the log."""
+
+
 class DecisionClock:
     """Appends at `rate` tables a second and the time each takes to show in its owner's /status."""
 
@@ -83,8 +148,10 @@ class DecisionClock:
         options: dict[str, str],
         events: Events | None,
         rate: float,
+        writer: str = "delta-rs",
     ) -> None:
         self.uris, self.batches, self.options, self.events, self.rate = uris, batches, options, events, rate
+        self.appender = WRITERS[writer]
         self.pending: list[tuple[str, int, float]] = []
         self.latencies: list[float] = []
         self.decided: list[float] = []
@@ -95,27 +162,23 @@ class DecisionClock:
         self.tasks = 0
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(45)
-        self.handles: dict[str, tuple[threading.Lock, DeltaTable]] = {}
+        self.handles: dict[str, tuple[threading.Lock, DeltaRsAppender | LogAppender]] = {}
         self.started = self.last_committed = 0.0
         """When the appends began and when the last one committed: the rate the writer reached (the emulator, one
         Python process, can hold it below the rate asked)."""
 
     def append(self, uri: str) -> None:
-        """One append through the table's open handle, as a long-running writer does: delta-rs reads only the
-        commits since its last one (to check for conflicts) and leaves the handle at the version it wrote. Opening
-        by URI for the write and the version made the writer most of the emulator's requests (about 20 an append);
-        bringing the handle up to date before and after the write still cost about 5 of the 11 left."""
+        """One append through the table's appender (`WRITERS`), made at its first append and kept."""
         with self.lock:
             rows = random_rows(self.rng)
             handle = self.handles.get(uri)
         if handle is None:  # opened outside the lock: the other tables' appends go on meanwhile
-            opened = (threading.Lock(), DeltaTable(uri, storage_options=self.options))
+            opened = (threading.Lock(), self.appender(uri, self.options))
             with self.lock:
                 handle = self.handles.setdefault(uri, opened)
         with handle[0]:
-            write_deltalake(handle[1], rows, mode="append")
+            version = handle[1].append(rows)
             committed = time.monotonic()
-            version = handle[1].version()  # the version written
         if self.events is not None:  # announced as a writer does, after its commit (not timed: the commit is)
             self.events.announce(uri, version)
         with self.lock:

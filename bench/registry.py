@@ -205,6 +205,8 @@ BENCHMARKS = (
             "fleet-scale-kafka-tables1000-rate5-interval300-term-hand-back-2026-12-07.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-before-event-order-2026-12-07.json",
             "fleet-scale-kafka-tables1000-rate5-interval300-event-order-2026-12-07.json",
+            "fleet-scale-kafka-tables1000-interval300-before-obstore-reads-2026-12-07.json",
+            "fleet-scale-kafka-tables1000-interval300-obstore-reads-2026-12-07.json",
             "fleet-scale-kafka-attempt-2026-11-29.json",
             "fleet-scale-kafka-interval300-2026-11-29.json",
             "fleet-scale-kafka-interval300-deferred-opened-2026-11-29.json",
