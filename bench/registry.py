@@ -217,6 +217,7 @@ BENCHMARKS = (
             "fleet-scale-kafka-interval300-overlapped-2026-12-07.json",
             "fleet-scale-kafka-interval300-event-order-2026-12-07.json",
             "fleet-scale-kafka-interval300-obstore-reads-2026-12-07.json",
+            "fleet-scale-kafka-interval300-log-writer-2026-12-07.json",
         ),
         args=("--source", "both"),
         needs="Apache Kafka (`./dev kafka`)",
