@@ -141,7 +141,22 @@ def _cached_store(table_uri: str, options: tuple[tuple[str, str], ...]) -> Any:
     from obstore.store import from_url
 
     config, client = store_config(urlparse(table_uri).scheme, dict(options))
-    return from_url(table_uri.rstrip("/"), config=config or None, client_options=client or None)  # type: ignore[arg-type]
+    retries = next((value for key, value in options if key.lower() == "max_retries"), None)  # delta-rs's option too
+    retry = {"max_retries": int(retries)} if retries is not None else None
+    return from_url(
+        table_uri.rstrip("/"),
+        config=config or None,  # type: ignore[arg-type]
+        client_options=client or None,  # type: ignore[arg-type]
+        retry_config=retry,  # type: ignore[arg-type]
+    )
+
+
+def read_error(error: BaseException, location: str) -> OSError:
+    """An obstore error on a read, as the OSError pyarrow's file systems raise (every reader of the log catches
+    those), with obstore's error as its cause (storage_faults.py classifies by it)."""
+    failure = OSError(f"cannot read {location}: {error}")
+    failure.__cause__ = error
+    return failure
 
 
 def put_new_object(table_uri: str, relative: str, data: bytes, storage_options: Mapping[str, str] | None) -> bool:
@@ -161,23 +176,27 @@ def get_object(table_uri: str, relative: str, storage_options: Mapping[str, str]
     """`relative` under the root in one GET (pyarrow's file system asks for its size first, a HEAD more: a
     takeover's claims read one object each, thousands at once); FileNotFoundError when it is absent."""
     import obstore
-    from obstore.exceptions import NotFoundError
+    from obstore.exceptions import BaseError, NotFoundError
 
     try:
         return bytes(obstore.get(_store(table_uri, storage_options), relative).bytes())
-    except NotFoundError:
+    except (NotFoundError, FileNotFoundError):
         raise FileNotFoundError(f"{table_uri.rstrip('/')}/{relative}") from None
+    except BaseError as error:
+        raise read_error(error, f"{table_uri.rstrip('/')}/{relative}") from error
 
 
 def object_exists(table_uri: str, relative: str, storage_options: Mapping[str, str] | None) -> bool:
     """Whether `relative` exists under the root: one HEAD."""
     import obstore
-    from obstore.exceptions import NotFoundError
+    from obstore.exceptions import BaseError, NotFoundError
 
     try:
         obstore.head(_store(table_uri, storage_options), relative)
     except (NotFoundError, FileNotFoundError):  # a HEAD's 404 comes as the latter
         return False
+    except BaseError as error:
+        raise read_error(error, f"{table_uri.rstrip('/')}/{relative}") from error
     return True
 
 

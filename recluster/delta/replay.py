@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from obstore.exceptions import BaseError
 
 from recluster.core.deletion_vectors import (
     ABSOLUTE,
@@ -298,7 +297,7 @@ def replay_log(table_uri: str, storage_options: Mapping[str, str] | None, versio
         except (FileNotFoundError, ValueError):  # malformed, cleaned up, never written as named: the listing decides
             pass
         return _replay(location, storage_options, filesystem, version, _listed_files(location, filesystem, version))
-    except (OSError, BaseError, ValueError, KeyError) as error:  # BaseError: obstore's (commit files are read with it)
+    except (OSError, ValueError, KeyError) as error:
         raise LogReplayError(f"cannot read the log of {table_uri}: {error}") from None
 
 

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
-from obstore.exceptions import BaseError
 
 from recluster.core.block_table import release_arrow_memory
 from recluster.core.blocks import Block
@@ -87,7 +86,7 @@ def open_table(
         return DeltaTable(location, storage_options=dict(storage_options or {}))
     except TableNotFoundError:
         raise TableError(f"{uri} is not a Delta table (no _delta_log found)") from None
-    except (DeltaError, OSError, BaseError) as error:  # BaseError: obstore's, from the probe of the next commit
+    except (DeltaError, OSError) as error:
         message = f"cannot open Delta table {uri}: {describe_storage_error(error)}"
         raise StorageError(message, transient=storage_fault(error) is StorageFault.TRANSIENT) from None
 

@@ -146,8 +146,7 @@ def read_log_actions(table_uri: str, version: int, storage_options: Mapping[str,
     """The actions of one commit file; FileNotFoundError when the log no longer has it. On an object store one GET
     through obstore, which waits for the store without the interpreter's lock: delta-rs's file system for pyarrow
     held it for much of each request (a HEAD, then a GET), so a job's other threads stalled behind its commit reads
-    (docs/streaming.md#reading-commits). Errors other than a missing file are obstore's own (storage_faults.py tells
-    them apart)."""
+    (docs/streaming.md#reading-commits). Any other error is an OSError, as pyarrow's, caused by obstore's."""
     name = log_file(table_uri, f"{version:020d}.json")
     if on_object_store(table_uri):
         data = get_object(table_uri, name, storage_options)

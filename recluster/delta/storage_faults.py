@@ -63,6 +63,8 @@ _PERMANENT_OBSTORE = (
 def storage_fault(error: BaseException) -> StorageFault | None:
     """TRANSIENT or PERMANENT for an error of a storage call; None when it is no storage error at all (a bug,
     a bad value), which no retry loop should swallow."""
+    if isinstance(error, OSError) and isinstance(error.__cause__, BaseError):  # obstore's, raised as a read's OSError
+        return storage_fault(error.__cause__)
     if isinstance(error, (*_PERMANENT_OBSTORE, PermissionError)):
         return StorageFault.PERMANENT
     if isinstance(error, FileNotFoundError):
