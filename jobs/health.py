@@ -255,8 +255,8 @@ def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/metrics":
                 self._reply(200, generate_latest(server.registry), CONTENT_TYPE_LATEST)
             elif path == "/status":
-                # Compact: Python's C encoder writes no indented JSON, and its own encoder held the interpreter lock
-                # about 190 ms for 3,333 tables, against 50 (docs/streaming.md#health-metrics-and-status-endpoints).
+                # Compact: Python's C encoder writes no indented JSON, and its own encoder is several times slower,
+                # holding the interpreter lock (docs/streaming.md#health-metrics-and-status-endpoints).
                 body = json.dumps(server.probe.status(), default=str, separators=(",", ":")) + "\n"
                 self._reply(200, body.encode(), "application/json")
             elif not self._page(path):
