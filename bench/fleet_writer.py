@@ -175,8 +175,8 @@ class DecisionClock:
         with self.lock:
             rows = random_rows(self.rng)
             handle = self.handles.get(uri)
-        if handle is None:  # opened outside the lock: the other tables' appends go on meanwhile
             written = len(self.batches[uri]) - 1  # the bench's commits: versions 0.. (the jobs' rounds come after)
+        if handle is None:  # opened outside the lock: the other tables' appends go on meanwhile
             opened = (threading.Lock(), self.appender(uri, self.options, written))
             with self.lock:
                 handle = self.handles.setdefault(uri, opened)

@@ -151,12 +151,10 @@ def _cached_store(table_uri: str, options: tuple[tuple[str, str], ...]) -> Any:
     )
 
 
-def read_error(error: BaseException, location: str) -> OSError:
+def read_error(table_uri: str, relative: str, error: BaseException) -> OSError:
     """An obstore error on a read, as the OSError pyarrow's file systems raise (every reader of the log catches
-    those), with obstore's error as its cause (storage_faults.py classifies by it)."""
-    failure = OSError(f"cannot read {location}: {error}")
-    failure.__cause__ = error
-    return failure
+    those); raised `from` obstore's error, its cause, which storage_faults.py classifies."""
+    return OSError(f"cannot read {table_uri.rstrip('/')}/{relative}: {error}")
 
 
 def put_new_object(table_uri: str, relative: str, data: bytes, storage_options: Mapping[str, str] | None) -> bool:
@@ -183,7 +181,7 @@ def get_object(table_uri: str, relative: str, storage_options: Mapping[str, str]
     except (NotFoundError, FileNotFoundError):
         raise FileNotFoundError(f"{table_uri.rstrip('/')}/{relative}") from None
     except BaseError as error:
-        raise read_error(error, f"{table_uri.rstrip('/')}/{relative}") from error
+        raise read_error(table_uri, relative, error) from error
 
 
 def object_exists(table_uri: str, relative: str, storage_options: Mapping[str, str] | None) -> bool:
@@ -196,7 +194,7 @@ def object_exists(table_uri: str, relative: str, storage_options: Mapping[str, s
     except (NotFoundError, FileNotFoundError):  # a HEAD's 404 comes as the latter
         return False
     except BaseError as error:
-        raise read_error(error, f"{table_uri.rstrip('/')}/{relative}") from error
+        raise read_error(table_uri, relative, error) from error
     return True
 
 
