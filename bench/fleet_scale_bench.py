@@ -8,8 +8,9 @@ root's `recluster.clusterBy` handed down; J `recluster watch` processes (local S
 leases with the default `ttl_seconds` and `renew_seconds`. Measured, against the issue's targets:
 - every table owned exactly once, counts within one: seconds from the processes' start (their Spark's start included);
 - commit -> decision while appends arrive at RATE tables a second (`--rate`) for APPEND_SECONDS: for each append,
-  from its commit returning to its owner's `/status` showing the table at that version or later (polled every
-  POLL_SECONDS, so figures are rounded up to that), p50 and p95; the merges the jobs ran meanwhile;
+  from its commit returning to its owner's `/status` showing the table at that version or later (each job polled on
+  its own thread POLL_SECONDS after its last answer, so figures are rounded up by that and the answer's time), p50
+  and p95; the merges the jobs ran meanwhile;
 - one job killed with SIGKILL (`--stop term`: stopped with SIGTERM): seconds until the others hold every table's
   lease (each job's `/status` fleet entry for itself); until its tables receiving commits are served again (the last
   decision of the appends to its tables in the second after the signal, AFTER_STOP_RATE of them); and until they

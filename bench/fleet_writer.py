@@ -158,11 +158,13 @@ class DecisionClock:
         self.pending: list[tuple[str, int, float]] = []
         self.latencies: list[float] = []
         self.decided: list[float] = []
-        """When each append showed in its owner's /status (time.monotonic(), rounded up to POLL_SECONDS)."""
+        """When each append showed in its owner's /status (time.monotonic() when the answer came)."""
         self.later: list[float] = []
         """The latencies of the appends committed FIRST_SECONDS or more after the first: the jobs' first batches with
         commits start Spark's Python workers, which one-off cost the appends meanwhile wait for."""
         self.tasks = 0
+        """The most merges the jobs' statuses counted at once."""
+        self.tasks_by_port: dict[int, int] = {}
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(45)
         self.handles: dict[str, tuple[threading.Lock, DeltaRsAppender | LogAppender]] = {}
@@ -190,16 +192,15 @@ class DecisionClock:
             self.pending.append((uri, version, committed))
             self.last_committed = max(self.last_committed, committed)
 
-    def poll(self, ports: list[int]) -> None:
-        versions: dict[str, int] = {}
-        tasks = 0
-        for port in ports:
-            for table in (status(port) or {}).get("tables", []):
-                versions[table["table"]] = max(versions.get(table["table"], -1), table["version"])
-                tasks += int(table.get("tasks", 0))
+    def poll(self, port: int) -> None:
+        """One job's /status: the appends it shows decided, stamped when its answer came (each job is polled on its
+        own thread, so one job's slow answer never delays the stamps of another's decisions)."""
+        answer = status(port) or {}
         now = time.monotonic()
+        versions = {table["table"]: table["version"] for table in answer.get("tables", [])}
         with self.lock:
-            self.tasks = max(self.tasks, tasks)
+            self.tasks_by_port[port] = sum(int(table.get("tasks", 0)) for table in answer.get("tables", []))
+            self.tasks = max(self.tasks, sum(self.tasks_by_port.values()))
             waiting = []
             for uri, version, committed in self.pending:
                 if versions.get(uri, -1) >= version:
@@ -215,12 +216,13 @@ class DecisionClock:
         """Append for `seconds` (tables in a shuffled cycle), then wait for every decision."""
         stop = threading.Event()
 
-        def poller() -> None:
+        def poller(port: int) -> None:
             while not stop.wait(POLL_SECONDS):
-                self.poll(ports)
+                self.poll(port)
 
-        watcher = threading.Thread(target=poller, daemon=True)
-        watcher.start()
+        watchers = [threading.Thread(target=poller, args=(port,), daemon=True) for port in ports]
+        for watcher in watchers:
+            watcher.start()
         chosen = itertools.cycle(self.rng.permutation(self.uris))
         with ThreadPoolExecutor(8) as pool:
             started = self.started = time.monotonic()
@@ -232,4 +234,5 @@ class DecisionClock:
                 append.result()  # a failed append fails the run (its rows would be missing from the check)
         wait_until(lambda: not self.pending, "every append decided", 900)
         stop.set()
-        watcher.join()
+        for watcher in watchers:
+            watcher.join()

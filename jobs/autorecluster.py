@@ -132,7 +132,8 @@ def start_job(spark: Any, settings: Settings, tables: Sequence[TableSettings]) -
     if not tables and settings.stream.source != "kafka" and not settings.discovery.enabled:
         raise TableError("no tables to watch: pass --table URI or list tables in the config file")
     stream = settings.stream
-    tables_file = found_tables_file() if settings.discovery.enabled else None
+    polled = settings.discovery.enabled and stream.source != "kafka"  # the Delta-log source polls the found tables
+    tables_file = found_tables_file() if polled else None
     events = commit_source(spark, settings, tables, tables_file)  # Spark's Kafka source missing: fails here
     check_checkpoint_location(stream.checkpoint_location)
     handler = ReclusterHandler(settings, tables, spark)

@@ -33,6 +33,7 @@ from jobs.batch_timings import BatchLog
 from jobs.benefit_page import benefit_section
 from jobs.fleet_page import fleet_section
 from jobs.pages import PageSource, job_views, render_index, render_table
+from jobs.status_json import StatusJson
 from recluster.settings_job import HttpSettings
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class JobProbe:
         self._lock = threading.Lock()
         self.batches = BatchLog()
         """The last finished micro-batch's timings, kept by the watch loop."""
+        self._status_json = StatusJson()
 
     def attach(self, query: Any, handler: ReclusterHandler) -> None:
         self.query, self.handler = query, handler
@@ -153,20 +155,21 @@ class JobProbe:
         newest = cached[1]
         return None if newest is None else max(0, newest - version)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> str:
+        """The `/status` body: the job's health, its last batch, its fleet, and every table's status (one line)."""
         healthy, reason = self.health()
         ready, _ = self.ready()
         statuses = list(self.handler.status.values()) if self.handler is not None else []
         last = self.last_progress_time()
-        return {
+        envelope = {
             "healthy": healthy,
             "ready": ready,
             "reason": reason,
             "last_progress": dt.datetime.fromtimestamp(last, dt.UTC).isoformat() if last is not None else None,
             "last_batch": self.batches.latest.to_dict() if self.batches.latest is not None else None,
-            "tables": [s.to_dict() for s in sorted(statuses, key=lambda s: s.table)],
             "fleet": self.handler.discovery.fleet() if self.handler and self.handler.discovery else {},
         }
+        return self._status_json.body(envelope, statuses)
 
 
 def _newest_logged_version(uri: str, after: int, options: dict[str, str]) -> int:
@@ -255,10 +258,7 @@ def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/metrics":
                 self._reply(200, generate_latest(server.registry), CONTENT_TYPE_LATEST)
             elif path == "/status":
-                # Compact: Python's C encoder writes no indented JSON, and its own encoder is several times slower,
-                # holding the interpreter lock (docs/streaming.md#health-metrics-and-status-endpoints).
-                body = json.dumps(server.probe.status(), default=str, separators=(",", ":")) + "\n"
-                self._reply(200, body.encode(), "application/json")
+                self._reply(200, server.probe.status().encode(), "application/json")
             elif not self._page(path):
                 self._reply(
                     404, b"not found: try /, /api/tables, /healthz, /readyz, /metrics or /status\n", "text/plain"

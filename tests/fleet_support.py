@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from recluster.delta.log import PRODUCER, PRODUCER_KEY
-from recluster.delta.storage import log_versions, read_log_actions
+from recluster.delta.log_listing import log_versions
+from recluster.delta.storage import read_log_actions
 from tests.helpers import descendants, http_get, start_logged
 from tests.s3_server import S3Server
 from tests.spark_cluster import free_port

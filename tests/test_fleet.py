@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from recluster.delta.storage import log_versions
+from recluster.delta.log_listing import log_versions
 from tests.fleet_support import merged_in_each, ours, overlapping_rounds, partition, rss_mb, start_job, status
 from tests.helpers import (
     append_clustered,

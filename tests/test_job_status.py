@@ -5,6 +5,7 @@ bounds are current and cut to the batch budget."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from jobs.status_json import StatusJson
 from recluster.core.optimizing import optimizing_config
 from recluster.core.scheduling import ProcessType
 from recluster.delta.log import read_commits
@@ -44,6 +46,37 @@ def test_a_view_is_replaced_whole_and_never_changes_under_a_reader() -> None:
         after.statuses["c"] = status("c", 1)  # type: ignore[index]
     dropped = board.publish(dropped=["a"])
     assert "a" in dropped.statuses and "a" not in dropped.snapshots
+
+
+def test_status_json_serializes_only_the_tables_whose_status_changed() -> None:
+    """The /status body is the envelope and every table's status, sorted, on one compact line; a table's JSON is
+    kept while its status object is the same, and a replaced or dropped status is never served stale."""
+    calls: list[str] = []
+
+    class Counted(TableStatus):
+        __slots__ = ()
+
+        def to_dict(self) -> dict[str, object]:
+            calls.append(self.table)
+            return super().to_dict()
+
+    def counted(table: str, version: int) -> TableStatus:
+        return Counted(table, version, (LevelStatus(0, 3, 2.0, 1.0),), 2.0)
+
+    cache = StatusJson()
+    a, b, c = counted("b", 1), counted("a", 1), counted("c", 1)
+    first = cache.body({"healthy": True, "fleet": {}}, [a, b, c])
+    assert first.endswith("}\n") and first.count("\n") == 1 and '": ' not in first
+    decoded = json.loads(first)
+    assert decoded["healthy"] is True and decoded["fleet"] == {}
+    assert decoded["tables"] == [s.to_dict() for s in (b, a, c)]
+    assert sorted(calls) == ["a", "a", "b", "b", "c", "c"]  # the three serialized once (the assert read them again)
+    calls.clear()
+    newer = counted("a", 2)
+    second = json.loads(cache.body({"healthy": False}, [a, newer]))  # "a" replaced, "c" dropped
+    assert calls == ["a"] and second["healthy"] is False
+    assert [(t["table"], t["version"]) for t in second["tables"]] == [("a", 2), ("b", 1)]
+    assert json.loads(cache.body({}, []))["tables"] == []
 
 
 def test_readers_wait_for_news_and_followers_see_every_publication() -> None:

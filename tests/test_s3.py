@@ -230,6 +230,22 @@ def test_delta_log_polling_never_lists(s3):
     assert not any("list-type" in r for r in s3.requests()[before:])
 
 
+def test_maintenance_of_a_small_table_reads_its_log_once(s3):
+    """A maintenance pass opens the table and lists its log once for all its steps: on a table of one commit, the
+    open's four requests (listing, `_last_checkpoint`, the commit read twice) and one listing of the log and one of
+    the table's files; no log cleanup while no checkpoint could let it delete anything."""
+    uri = s3.table_uri("maintained")
+    options = s3.options()
+    write_deltalake(uri, pa.table({"k": pa.array([1, 2], pa.int64())}), storage_options=options)
+    before = len(s3.requests())
+    result = maintain_table(uri, MaintenanceSettings(), storage_options=options)
+    made = s3.requests()[before:]
+    assert result.version == 0 and result.checkpoint_version is None and not result.vacuumed
+    listings = [r for r in made if "list-type" in r]
+    assert len(made) == 7 and len(listings) == 3, made
+    assert sum("_last_checkpoint" in r for r in made) == 1 and sum("00000000000000000000.json" in r for r in made) == 3
+
+
 @pytest.mark.spark
 def test_orphan_cleanup_on_s3(s3, spark):
     uri = s3.table_uri("orphans")

@@ -13,6 +13,8 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 FORGOTTEN_AFTER_TTLS = 10
@@ -115,13 +117,18 @@ def table_key(uri: str) -> str:
     return hashlib.sha256(uri.encode()).hexdigest()[:24]
 
 
-def balanced_owners(tables: Collection[str], jobs: Collection[str]) -> dict[str, str]:
+def balanced_owners(tables: Collection[str], jobs: Collection[str]) -> Mapping[str, str]:
     """Which live job should own each table; every job computes the same answer from the same live set. Each job gets
     its fair share (counts within one); a table goes to the job it prefers most (highest rendezvous weight) that still
-    has room, so when a job comes or goes most tables keep their owner."""
-    ordered_jobs = sorted(set(jobs))
+    has room, so when a job comes or goes most tables keep their owner. The answer is kept for the last few inputs: a
+    lease pass asks again every renewal, mostly with the same tables and jobs (thousands of hashes each)."""
+    return _balanced_owners(frozenset(tables), tuple(sorted(set(jobs))))
+
+
+@lru_cache(maxsize=4)
+def _balanced_owners(tables: frozenset[str], ordered_jobs: tuple[str, ...]) -> Mapping[str, str]:
     if not ordered_jobs:
-        return {}
+        return MappingProxyType({})
     share, extra = divmod(len(tables), len(ordered_jobs))
     room = {job: share + (1 if index < extra else 0) for index, job in enumerate(ordered_jobs)}
     owners = {}
@@ -130,7 +137,7 @@ def balanced_owners(tables: Collection[str], jobs: Collection[str]) -> dict[str,
         owner = next(job for job in preferred if room[job] > 0)
         room[owner] -= 1
         owners[table] = owner
-    return owners
+    return MappingProxyType(owners)
 
 
 class ClaimAction(StrEnum):

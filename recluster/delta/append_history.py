@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 
 from recluster.core.estimate.shape import AppendStats, LateSample
 from recluster.delta.log import PRODUCER, CommitEntry, read_commits
-from recluster.delta.storage import file_location, log_versions, table_filesystem
+from recluster.delta.log_listing import log_versions
+from recluster.delta.storage import file_location, table_filesystem
 
 READ_THREADS = 8
 LATE_SAMPLES = 12

@@ -22,13 +22,11 @@ from deltalake.exceptions import DeltaError
 
 from recluster.core.blocks import parse_data_file_name
 from recluster.core.errors import TableError, first_line
+from recluster.delta.log_listing import LogListing, list_log
 from recluster.delta.maintenance_steps import MaintenanceStep, StepRefusal, step_refusals
 from recluster.delta.snapshot import open_table
 from recluster.delta.storage import (
-    commit_file_exists,
-    last_checkpoint_version,
     list_data_files,
-    log_versions,
     normalize_uri,
     read_log_actions,
     remove_stored_files,
@@ -152,21 +150,26 @@ class CleanResult:
         }
 
 
-def referenced_files(table_uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[set[str], int, int]:
+def referenced_files(
+    table_uri: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    latest: DeltaTable | None = None,
+    listing: LogListing | None = None,
+) -> tuple[set[str], int, int]:
     """Every data file some version still in the log references: the files of the oldest version that
-    can be loaded, plus every file any later commit added. Returns (paths, oldest, latest)."""
+    can be loaded, plus every file any later commit added. Returns (paths, oldest, latest). `latest` and
+    `listing`: the table opened and its log listed a moment ago (maintenance reads them once for all its steps);
+    the oldest version is opened on its own only when it is not the version `latest` is at."""
     location = normalize_uri(table_uri)
-    table = open_table(location, storage_options)
-    versions = sorted(set(log_versions(location, storage_options)))
-    # log_versions counts v2 checkpoints (`<v>.checkpoint.<uuid>.json`) too, and delta-rs's log cleanup leaves those
-    # of the versions whose commits it deleted: the oldest retained version is the oldest with a commit file.
-    while versions and not commit_file_exists(location, versions[0], storage_options):
-        versions.pop(0)
+    versions = (listing or list_log(location, storage_options)).commits
     if not versions:
         raise TableError(f"{table_uri} has no commit files in _delta_log")
-    oldest, latest = versions[0], versions[-1]
+    oldest, newest = versions[0], versions[-1]
     try:
-        table.load_as_version(oldest)
+        table = latest if latest is not None and latest.version() == oldest else open_table(location, storage_options)
+        if table.version() != oldest:
+            table.load_as_version(oldest)
     except Exception as error:  # the oldest JSON may predate a checkpoint that is gone: refuse, never guess
         problem = describe_storage_error(error)  # one line: delta-rs's error is a chain of them
         raise TableError(f"cannot load the oldest retained version {oldest} of {table_uri}: {problem}") from None
@@ -174,7 +177,7 @@ def referenced_files(table_uri: str, storage_options: Mapping[str, str] | None =
     for version in versions[1:]:
         actions = read_log_actions(location, version, storage_options)
         paths.update(unquote(a["add"]["path"]) for a in actions if "add" in a)
-    return paths, oldest, latest
+    return paths, oldest, newest
 
 
 def find_orphans(
@@ -182,10 +185,13 @@ def find_orphans(
     *,
     safety_age_seconds: float = DEFAULT_SAFETY_AGE_SECONDS,
     storage_options: Mapping[str, str] | None = None,
+    latest: DeltaTable | None = None,
+    listing: LogListing | None = None,
 ) -> CleanResult:
-    """The files `clean_orphans` would delete (nothing is deleted here)."""
+    """The files `clean_orphans` would delete (nothing is deleted here); `latest`, `listing`: as for
+    `referenced_files`."""
     location = normalize_uri(table_uri)
-    referenced, oldest, latest = referenced_files(location, storage_options)
+    referenced, oldest, newest = referenced_files(location, storage_options, latest=latest, listing=listing)
     now = time.time()
     orphans = []
     for stored in list_data_files(location, storage_options):
@@ -194,7 +200,7 @@ def find_orphans(
         age = now - (stored.modified if stored.modified is not None else now)
         if age >= safety_age_seconds:
             orphans.append(OrphanFile(stored.path, stored.bytes, age))
-    return CleanResult(location, oldest, latest, len(referenced), tuple(sorted(orphans, key=lambda o: o.path)), False)
+    return CleanResult(location, oldest, newest, len(referenced), tuple(sorted(orphans, key=lambda o: o.path)), False)
 
 
 def clean_orphans(
@@ -203,12 +209,20 @@ def clean_orphans(
     safety_age_seconds: float = DEFAULT_SAFETY_AGE_SECONDS,
     storage_options: Mapping[str, str] | None = None,
     dry_run: bool = False,
+    latest: DeltaTable | None = None,
+    listing: LogListing | None = None,
 ) -> CleanResult:
     """Delete the orphans `find_orphans` reports (after checking each again just before deleting it)."""
-    found = find_orphans(table_uri, safety_age_seconds=safety_age_seconds, storage_options=storage_options)
+    found = find_orphans(
+        table_uri,
+        safety_age_seconds=safety_age_seconds,
+        storage_options=storage_options,
+        latest=latest,
+        listing=listing,
+    )
     if dry_run or not found.orphans:
         return found
-    # A rewrite may have committed one of them since the listing: re-read the references first.
+    # A rewrite may have committed one of them since the listing: re-read the references first (a new listing).
     referenced, _, _ = referenced_files(found.table, storage_options)
     deleted = []
     for orphan in found.orphans:
@@ -276,13 +290,16 @@ def maintain_table(
     drops the expired ones (their files would then stay for good).
     """
     location = normalize_uri(table_uri)
+    table = open_table(location, storage_options)
+    listing = list_log(location, storage_options)
     orphans = clean_orphans(
         location,
         safety_age_seconds=settings.orphan_safety_age_seconds,
         storage_options=storage_options,
         dry_run=dry_run,
+        latest=table,
+        listing=listing,
     )
-    table = open_table(location, storage_options)
     refused = step_refusals(table_features(table))
     for refusal in refused:
         log.info("recluster maintain table=%s %s", location, refusal)
@@ -293,14 +310,13 @@ def maintain_table(
         vacuumed = vacuum_table(location, table, retention, storage_options, dry_run=dry_run)
     checkpoint = None
     if not dry_run:
-        table = open_table(location, storage_options)
-        newest = last_checkpoint_version(location, storage_options)
+        newest = listing.newest_checkpoint(table.version())
         behind = table.version() - (newest if newest is not None else -1)
         if MaintenanceStep.CHECKPOINT not in skipped and behind >= settings.checkpoint_every_versions:
             checkpoint_table(table)
-            checkpoint = table.version()
-        if MaintenanceStep.LOG_CLEANUP not in skipped:
-            cleanup_log(table)
+            checkpoint = newest = table.version()
+        if MaintenanceStep.LOG_CLEANUP not in skipped and newest is not None and newest > orphans.oldest_version:
+            cleanup_log(table)  # with no checkpoint after the oldest commit, a cleanup may delete nothing
     for path in vacuumed:
         log.info("maintain table=%s vacuumed=%s dry_run=%s", location, path, dry_run)
     cleaned = not dry_run and MaintenanceStep.LOG_CLEANUP not in skipped

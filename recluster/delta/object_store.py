@@ -1,5 +1,6 @@
-"""The conditional PUT a Delta commit needs on an object store, through obstore (Rust object_store, the
-library delta-rs uses too), configured from the table's delta-rs storage options and the environment.
+"""Object-store calls through obstore (Rust object_store, the library delta-rs uses too), configured from the
+table's delta-rs storage options and the environment: the conditional PUT a Delta commit needs, and reads of the log
+in one request each (a GET, a HEAD, a listing) that leave the interpreter lock to the job's other threads.
 
 S3 (AWS and compatible stores) creates-if-absent with `If-None-Match: *`, GCS with `ifGenerationMatch=0`,
 Azure with `If-None-Match: *`: two writers of one log version, exactly one wins.
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 _CLIENT_KEYS = frozenset(
     {
@@ -131,20 +132,26 @@ def store_config(scheme: str, storage_options: Mapping[str, str]) -> tuple[dict[
     return config, client
 
 
-def _store(table_uri: str, storage_options: Mapping[str, str] | None) -> Any:
-    """The obstore store of a root, made once per root and options."""
-    return _cached_store(table_uri, tuple(sorted((storage_options or {}).items())))
+def _located(table_uri: str, relative: str, storage_options: Mapping[str, str] | None) -> tuple[Any, str]:
+    """The store of the root's bucket (or container) and the path of `relative` in it. One store per bucket and
+    options, not one per table: a job with thousands of tables keeps one connection pool per bucket, and its
+    connections serve every table there."""
+    parsed = urlparse(table_uri)
+    bucket = f"{parsed.scheme}://{parsed.netloc}"
+    prefix = unquote(parsed.path).strip("/")
+    path = f"{prefix}/{relative}" if prefix else relative
+    return _bucket_store(bucket, tuple(sorted((storage_options or {}).items()))), path
 
 
 @cache
-def _cached_store(table_uri: str, options: tuple[tuple[str, str], ...]) -> Any:
+def _bucket_store(bucket: str, options: tuple[tuple[str, str], ...]) -> Any:
     from obstore.store import from_url
 
-    config, client = store_config(urlparse(table_uri).scheme, dict(options))
+    config, client = store_config(urlparse(bucket).scheme, dict(options))
     retries = next((value for key, value in options if key.lower() == "max_retries"), None)  # delta-rs's option too
     retry = {"max_retries": int(retries)} if retries is not None else None
     return from_url(
-        table_uri.rstrip("/"),
+        bucket,
         config=config or None,  # type: ignore[arg-type]
         client_options=client or None,  # type: ignore[arg-type]
         retry_config=retry,  # type: ignore[arg-type]
@@ -162,9 +169,9 @@ def put_new_object(table_uri: str, relative: str, data: bytes, storage_options: 
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-    store = _store(table_uri, storage_options)
+    store, path = _located(table_uri, relative, storage_options)
     try:
-        obstore.put(store, relative, data, mode="create")
+        obstore.put(store, path, data, mode="create")
     except (AlreadyExistsError, PreconditionError):
         return False
     return True
@@ -176,8 +183,9 @@ def get_object(table_uri: str, relative: str, storage_options: Mapping[str, str]
     import obstore
     from obstore.exceptions import BaseError, NotFoundError
 
+    store, path = _located(table_uri, relative, storage_options)
     try:
-        return bytes(obstore.get(_store(table_uri, storage_options), relative).bytes())
+        return bytes(obstore.get(store, path).bytes())
     except (NotFoundError, FileNotFoundError):
         raise FileNotFoundError(f"{table_uri.rstrip('/')}/{relative}") from None
     except BaseError as error:
@@ -189,13 +197,28 @@ def object_exists(table_uri: str, relative: str, storage_options: Mapping[str, s
     import obstore
     from obstore.exceptions import BaseError, NotFoundError
 
+    store, path = _located(table_uri, relative, storage_options)
     try:
-        obstore.head(_store(table_uri, storage_options), relative)
+        obstore.head(store, path)
     except (NotFoundError, FileNotFoundError):  # a HEAD's 404 comes as the latter
         return False
     except BaseError as error:
         raise read_error(table_uri, relative, error) from error
     return True
+
+
+def list_names(table_uri: str, folder: str, storage_options: Mapping[str, str] | None) -> list[str]:
+    """The names of the objects directly in `folder` under the root (a listing with a delimiter, one request a
+    page); an empty list when there are none."""
+    import obstore
+    from obstore.exceptions import BaseError
+
+    store, path = _located(table_uri, folder, storage_options)
+    try:
+        listed = obstore.list_with_delimiter(store, path)
+    except BaseError as error:
+        raise read_error(table_uri, folder, error) from error
+    return [str(entry["path"]).rsplit("/", 1)[-1] for entry in listed["objects"]]
 
 
 def on_object_store(table_uri: str) -> bool:
@@ -207,4 +230,5 @@ def put_object(table_uri: str, relative: str, data: bytes, storage_options: Mapp
     """Write `relative` under the root, replacing it: for an object only one writer ever writes (a heartbeat)."""
     import obstore
 
-    obstore.put(_store(table_uri, storage_options), relative, data)
+    store, path = _located(table_uri, relative, storage_options)
+    obstore.put(store, path, data)

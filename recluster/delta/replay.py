@@ -10,7 +10,6 @@ commits read since (docs/architecture.md#the-log-state).
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +34,8 @@ from recluster.core.deletion_vectors import (
 )
 from recluster.core.errors import TableError
 from recluster.delta.log import CommitEntry
+from recluster.delta.log_listing import checkpoint_files, list_log
 from recluster.delta.storage import (
-    LOG_DIR,
     log_file,
     normalize_uri,
     read_last_checkpoint,
@@ -44,12 +43,6 @@ from recluster.delta.storage import (
     stored_location,
     table_filesystem,
 )
-
-_CHECKPOINT = re.compile(
-    r"^(?P<version>\d{20})\.checkpoint(?:\.(?P<part>\d{10})\.(?P<parts>\d{10})|\.(?P<uuid>[0-9a-fA-F-]{36}))?"
-    r"\.(?P<format>parquet|json)$"
-)
-_COMMIT = re.compile(r"^(?P<version>\d{20})\.json$")
 
 
 class LogReplayError(TableError):
@@ -98,25 +91,6 @@ def _plain(value: Any, arrow_type: pa.DataType) -> Any:
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return [_plain(v, arrow_type.value_type) for v in value]
     return value
-
-
-def _checkpoint_files(names: list[str], version: int) -> tuple[int, list[str]] | None:
-    """The newest complete checkpoint at or below `version`: (its version, its files)."""
-    found: dict[tuple[int, str], list[str]] = {}
-    expected: dict[tuple[int, str], int] = {}
-    for name in names:
-        match = _CHECKPOINT.match(name)
-        if not match or int(match["version"]) > version:
-            continue
-        kind = "multi" if match["parts"] else ("v2:" + match["uuid"] if match["uuid"] else "single")
-        slot = (int(match["version"]), kind)
-        found.setdefault(slot, []).append(name)
-        expected[slot] = int(match["parts"] or 1)
-    complete = [slot for slot, files in found.items() if len(files) == expected[slot]]
-    if not complete:
-        return None
-    best = max(complete, key=lambda slot: (slot[0], slot[1] == "single"))
-    return best[0], sorted(found[best])
 
 
 def _carries_log_fields(adds: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -250,14 +224,15 @@ def _hinted_files(
     return checkpoint, [f"{checkpoint:020d}.checkpoint.parquet"]
 
 
-def _listed_files(location: str, filesystem: pafs.FileSystem, version: int) -> tuple[int, list[str]] | None:
+def _listed_files(
+    location: str, storage_options: Mapping[str, str] | None, version: int
+) -> tuple[int, list[str]] | None:
     """The newest complete checkpoint at or below `version` from a listing of `_delta_log/`, after checking
     every commit after it is there."""
-    selector = pafs.FileSelector(stored_location(location, LOG_DIR), allow_not_found=True)
-    names = [info.base_name for info in filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
-    checkpoint = _checkpoint_files(names, version)
+    listing = list_log(location, storage_options)
+    checkpoint = checkpoint_files(list(listing.names), version)
     start = -1 if checkpoint is None else checkpoint[0]
-    commits = {int(m["version"]) for m in map(_COMMIT.match, names) if m}
+    commits = set(listing.commits)
     missing = [v for v in range(start + 1, version + 1) if v not in commits]
     if missing:
         raise LogReplayError(f"the log of {location} has no commit {missing[0]} (and no checkpoint after it)")
@@ -296,7 +271,8 @@ def replay_log(table_uri: str, storage_options: Mapping[str, str] | None, versio
                 return _replay(location, storage_options, filesystem, version, hinted)
         except (FileNotFoundError, ValueError):  # malformed, cleaned up, never written as named: the listing decides
             pass
-        return _replay(location, storage_options, filesystem, version, _listed_files(location, filesystem, version))
+        listed = _listed_files(location, storage_options, version)
+        return _replay(location, storage_options, filesystem, version, listed)
     except (OSError, ValueError, KeyError) as error:
         raise LogReplayError(f"cannot read the log of {table_uri}: {error}") from None
 

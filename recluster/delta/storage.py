@@ -183,14 +183,6 @@ def last_checkpoint_version(table_uri: str, storage_options: Mapping[str, str] |
     return None if found is None else found[0]
 
 
-def log_versions(table_uri: str, storage_options: Mapping[str, str] | None) -> list[int]:
-    """Versions that have a commit file, from one listing of the `_delta_log/` prefix."""
-    filesystem = table_filesystem(table_uri, storage_options)
-    selector = pafs.FileSelector(stored_location(table_uri, LOG_DIR), allow_not_found=True)
-    names = [info.base_name for info in filesystem.get_file_info(selector) if info.type == pafs.FileType.File]
-    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
-
-
 @dataclass(frozen=True, slots=True)
 class StoredFile:
     """A file found under a table root by listing (whatever the log says about it)."""

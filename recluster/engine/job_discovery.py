@@ -77,6 +77,9 @@ class JobDiscovery:
         self.listed = listed
         self.versions: dict[str, int] = {}
         self.options: dict[str, Mapping[str, str]] = {}
+        self.unwritten = True
+        """The tables file is behind `versions` (written again only then: at thousands of tables, each write is a
+        JSON of them all)."""
         self.found_by: dict[str, str] = {}
         """Found tables the job watches, each with the source that found it."""
         self.errors: dict[str, str] = {}
@@ -192,8 +195,9 @@ class JobDiscovery:
             opened.update(properties.take_opened())
         added = [replace(found[uri], opened=opened.get(uri)) for uri in changes.added]
         self._take_up_all(added, started)
-        if self.tables_file is not None:
+        if self.tables_file is not None and self.unwritten:
             write_tables_file(self.tables_file, self.versions, self.options)
+            self.unwritten = False
         if changes.added or changes.dropped:
             log.info("recluster %s found=%d", changes, len(self.found_by))
         return changes
@@ -222,9 +226,11 @@ class JobDiscovery:
         self.found_by[table.uri] = table.source
         self.versions[table.uri] = version
         self.options[table.uri] = table_storage_options(self.settings, table.settings)
+        self.unwritten = True
 
     def _forget(self, uri: str) -> None:
         if self.found_by.pop(uri, None) is not None:
             self.let_go(uri)
         self.versions.pop(uri, None)
         self.options.pop(uri, None)
+        self.unwritten = True
