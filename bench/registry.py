@@ -219,6 +219,8 @@ BENCHMARKS = (
             "fleet-scale-kafka-interval300-event-order-2026-12-07.json",
             "fleet-scale-kafka-interval300-obstore-reads-2026-12-07.json",
             "fleet-scale-kafka-interval300-log-writer-2026-12-07.json",
+            "fleet-scale-kafka-interval300-log-writer-before-cpu-2026-12-07.json",
+            "fleet-scale-kafka-interval300-log-writer-cpu-2026-12-07.json",
         ),
         args=("--source", "both"),
         needs="Apache Kafka (`./dev kafka`)",

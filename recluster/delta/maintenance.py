@@ -162,13 +162,14 @@ def referenced_files(
     `listing`: the table opened and its log listed a moment ago (maintenance reads them once for all its steps);
     the oldest version is opened on its own only when it is not the version `latest` is at."""
     location = normalize_uri(table_uri)
+    table = open_table(location, storage_options) if latest is None else latest  # not a table: one clear line
     versions = (listing or list_log(location, storage_options)).commits
     if not versions:
         raise TableError(f"{table_uri} has no commit files in _delta_log")
     oldest, newest = versions[0], versions[-1]
     try:
-        table = latest if latest is not None and latest.version() == oldest else open_table(location, storage_options)
         if table.version() != oldest:
+            table = open_table(location, storage_options) if table is latest else table  # the caller's stays latest
             table.load_as_version(oldest)
     except Exception as error:  # the oldest JSON may predate a checkpoint that is gone: refuse, never guess
         problem = describe_storage_error(error)  # one line: delta-rs's error is a chain of them
