@@ -1,8 +1,9 @@
 """The job finding its tables in a catalog (docs/discovery.md): the standalone Hive Metastore with Delta tables
 registered by Delta Spark, a `recluster watch` process whose Spark session uses the metastore as its catalog (no Delta
 jars: SHOW TABLE EXTENDED reads the catalog's entries only). A database's DBPROPERTIES reach its tables, a table's own
-property overrides them, the `recluster.enabled` filter keeps exactly the enabled tables, a table registered later is
-taken up within the interval and a dropped one let go without errors."""
+property overrides them, the `recluster.enabled` filter keeps exactly the enabled tables (50 registered, 10 of them
+disabled: the job clusters exactly the 40, their rows whole, and commits nothing to the others), a table registered
+later is taken up within the interval and a dropped one let go without errors."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tests.spark_cluster import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-TABLES, DISABLED = 12, 3
+TABLES, DISABLED = 50, 10
 
 
 def register(referee: Referee, path: Path, name: str, rng: np.random.Generator, **properties: str) -> None:
@@ -77,6 +78,9 @@ def test_a_catalog_database_is_watched_with_its_inherited_settings(
             own = {"recluster.policy": "absorb"}
         register(catalog_referee, path, name, rng, **own)
     enabled = {str(path) for name, path in paths.items() if int(name[1:]) >= DISABLED}
+    registered = {str(path): DeltaTable(str(path)).version() for path in paths.values()}
+    rows = {uri: row_multiset(DeltaTable(uri).to_pyarrow_table()) for uri in enabled}
+    plain = f"t{DISABLED + 1:02d}"  # enabled, with no property of its own
     port = free_port()
     config = tmp_path / "recluster.yaml"
     catalog = {"databases": "shop", "where": {"recluster.enabled": "true"}}
@@ -96,13 +100,20 @@ def test_a_catalog_database_is_watched_with_its_inherited_settings(
     try:
         found = statuses_when(port, lambda s: set(s) == enabled, f"the {len(enabled)} enabled tables", process)
         database = "database spark_catalog.shop"
-        inherited = {s["key"]: (s["value"], s["origin"]) for s in found[str(paths["t05"])]["settings"]}
+        inherited = {s["key"]: (s["value"], s["origin"]) for s in found[str(paths[plain])]["settings"]}
         assert inherited == {
             "recluster.clusterBy": ("k", database),
             "recluster.enabled": ("true", database),
             "recluster.policy": ("levels", database),
         }
-        assert found[str(paths["t05"])]["policy"] == "levels"
+        assert found[str(paths[plain])]["policy"] == "levels"
+        clustered = statuses_when(
+            port,
+            lambda s: all(s[uri]["totals"]["merges"] >= 1 for uri in enabled),
+            f"the {len(enabled)} enabled tables clustered",
+            process,
+        )
+        assert set(clustered) == enabled
         overridden = found[str(paths[f"t{DISABLED:02d}"])]
         assert {"key": "recluster.policy", "value": "absorb", "origin": "table"} in overridden["settings"]
         assert overridden["policy"] == "absorb"
@@ -110,9 +121,9 @@ def test_a_catalog_database_is_watched_with_its_inherited_settings(
         later = tmp_path / "tables" / "later"
         register(catalog_referee, later, "later", rng)
         statuses_when(port, lambda s: str(later) in s, "a table registered later", process)
-        catalog_referee.sql("DROP TABLE shop.t05")  # external: the files stay, the catalog forgets it
-        after = statuses_when(port, lambda s: str(paths["t05"]) not in s, "a dropped table let go", process)
-        assert set(after) == (enabled - {str(paths["t05"])}) | {str(later)}
+        catalog_referee.sql(f"DROP TABLE shop.{plain}")  # external: the files stay, the catalog forgets it
+        after = statuses_when(port, lambda s: str(paths[plain]) not in s, "a dropped table let go", process)
+        assert set(after) == (enabled - {str(paths[plain])}) | {str(later)}
         assert all(status["error"] is None for status in after.values()), after
     finally:
         if process.poll() is None:
@@ -120,6 +131,11 @@ def test_a_catalog_database_is_watched_with_its_inherited_settings(
         else:
             print(log.read_text(errors="replace")[-5000:])
     assert "reason=source_failed" not in log.read_text()
+    untouched = {uri: DeltaTable(uri).version() for uri in registered if uri not in enabled}
+    assert untouched == {uri: version for uri, version in registered.items() if uri not in enabled}  # no commit of ours
+    for uri in enabled:  # each enabled table clustered, its rows whole
+        table = DeltaTable(uri)
+        assert table.version() > registered[uri] and row_multiset(table.to_pyarrow_table()) == rows[uri]
 
 
 def test_a_bad_catalog_address_is_one_line_and_the_path_tables_go_on(tmp_path: Path) -> None:
