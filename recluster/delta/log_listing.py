@@ -52,6 +52,11 @@ class LogListing:
         """The versions with a commit file (`<v>.json`; a v2 checkpoint's `<v>.checkpoint.<uuid>.json` is none)."""
         return sorted(int(match["version"]) for match in map(COMMIT_NAME.match, self.names) if match)
 
+    def any_before(self, version: int) -> bool:
+        """Whether a versioned log file (a commit, a checkpoint, ...) comes before `version`: what a log cleanup up to
+        a checkpoint at `version` could delete."""
+        return any(name[:20].isdigit() and int(name[:20]) < version for name in self.names)
+
     def newest_checkpoint(self, version: int | None = None) -> int | None:
         """The version of the newest complete checkpoint (at or below `version`), None when there is none."""
         found = checkpoint_files(list(self.names), version if version is not None else 10**20)

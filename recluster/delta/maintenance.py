@@ -316,8 +316,8 @@ def maintain_table(
         if MaintenanceStep.CHECKPOINT not in skipped and behind >= settings.checkpoint_every_versions:
             checkpoint_table(table)
             checkpoint = newest = table.version()
-        if MaintenanceStep.LOG_CLEANUP not in skipped and newest is not None and newest > orphans.oldest_version:
-            cleanup_log(table)  # with no checkpoint after the oldest commit, a cleanup may delete nothing
+        if MaintenanceStep.LOG_CLEANUP not in skipped and newest is not None and listing.any_before(newest):
+            cleanup_log(table)  # a cleanup deletes only log files a checkpoint covers: none, nothing to run
     for path in vacuumed:
         log.info("maintain table=%s vacuumed=%s dry_run=%s", location, path, dry_run)
     cleaned = not dry_run and MaintenanceStep.LOG_CLEANUP not in skipped
