@@ -162,6 +162,15 @@ BENCHMARKS = (
         ("log-reads-2026-12-07.json",),
     ),
     Benchmark(
+        "kafka-batch",
+        "bench.kafka_batch_bench",
+        "a micro-batch's collect() of its commit events from three Kafka partitions on local[1]: every partition's "
+        "range read by one task against one task a partition",
+        "kafka-batch",
+        ("kafka-batch-2026-12-07.json",),
+        needs="Apache Kafka (`./dev kafka`)",
+    ),
+    Benchmark(
         "fleet-scale",
         "bench.fleet_scale_bench",
         "three jobs sharing many small tables on the S3 emulator (issue 44): owned, commit-to-decision at 20 appends a "
@@ -221,6 +230,7 @@ BENCHMARKS = (
             "fleet-scale-kafka-interval300-log-writer-2026-12-07.json",
             "fleet-scale-kafka-interval300-log-writer-before-cpu-2026-12-07.json",
             "fleet-scale-kafka-interval300-log-writer-cpu-2026-12-07.json",
+            "fleet-scale-kafka-interval300-cpu-2026-12-07.json",
         ),
         args=("--source", "both"),
         needs="Apache Kafka (`./dev kafka`)",

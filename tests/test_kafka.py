@@ -186,6 +186,31 @@ def test_every_partition_is_read_while_another_already_has_records(broker):
         reader.stop()
 
 
+def test_a_micro_batch_reads_every_partition_in_one_task(broker):
+    """The partitions with new records are one input partition (one Spark task, one round trip to a Python worker
+    a batch), read range after range: every record once, with its partition and offset."""
+    topic = broker.create_topic("one-task", partitions=3)
+    reader = KafkaCommitsReader({"bootstrapServers": broker.bootstrap, "topic": topic})
+    try:
+        start = reader.initialOffset()
+        for partition, count in ((0, 2), (2, 3)):  # partition 1 gets nothing
+            events = [commit_event_json(f"t{partition}", v, "WRITE", None).encode() for v in range(count)]
+            send(broker.bootstrap, events, partition, topic)
+        end = reader.latestOffset(start, ReadMaxRows(10_000))
+        (task,) = reader.partitions(start, end)
+        rows = list(reader.read(task))
+        assert [(row[4], row[5], row[0], row[1]) for row in rows] == [
+            (0, 0, "t0", 0),
+            (0, 1, "t0", 1),
+            (2, 0, "t2", 0),
+            (2, 1, "t2", 1),
+            (2, 2, "t2", 2),
+        ]
+        assert reader.partitions(end, end) == []
+    finally:
+        reader.stop()
+
+
 def test_a_job_sharing_a_root_decides_the_tables_it_owns_from_the_events(tmp_path, spark, broker):
     """Commit events with discovery and leases (docs/kafka.md): the job reads the whole topic and decides the tables
     it owns; the tables another live job owns (its leases kept by the test) are neither taken up nor shown."""

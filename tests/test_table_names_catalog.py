@@ -2,8 +2,8 @@
 Spark SQL (`CREATE TABLE db.events USING delta LOCATION`), then `recluster info db.events` and `recluster run
 db.events --final` as subprocesses whose Spark uses the metastore as its catalog; the errors of an unknown table, a
 table that is not Delta (named in `recluster estimate` and `recluster sql`) and no catalog, one line each;
-`recluster info db.events` run by recluster[delta] on pyspark 4.2 with Delta Spark's jars on the classpath
-(`./dev delta-extra`); `recluster watch` on a `tables:` entry given by name."""
+`recluster info db.events` and `recluster run db.delta_events --final` run by recluster[delta] on pyspark 4.2 with
+Delta Spark's jars on the classpath (`./dev delta-extra`); `recluster watch` on a `tables:` entry given by name."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ def config_file(path: Path, spark_conf: dict[str, str]) -> Path:
     return path
 
 
-def delta_extra_info(config: Path, work: Path) -> Run:
-    """`recluster info db.events -v --json` by the delta extra's interpreter, its Spark and Python workers its own."""
+def delta_extra(config: Path, work: Path, *args: str) -> Run:
+    """`recluster ARGS --config CONFIG -v` by the delta extra's interpreter, its Spark and Python workers its own."""
     missing = f"no recluster[delta] environment at {DELTA_EXTRA_PYTHON} (run ./dev delta-extra)"
     assert DELTA_EXTRA_PYTHON.exists(), missing
     python = str(DELTA_EXTRA_PYTHON)
     environment = {**referee_environment(work), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
     return subprocess.run(
-        [python, "-m", "recluster.cli", "info", "db.events", "--config", str(config), "-v", "--json"],
+        [python, "-m", "recluster.cli", *args, "--config", str(config), "-v"],
         capture_output=True,
         text=True,
         env=cli_environment(environment),
@@ -72,13 +72,17 @@ def runs(catalog_referee: Referee, metastore: Metastore, tmp_path_factory: pytes
     rng = np.random.default_rng(46)
     events = root / "tables" / "events"
     appended = pa.concat_tables([append_random(events, rng, batch) for batch in range(APPENDS)])
+    delta_events = root / "tables" / "delta_events"  # the one `run` by recluster[delta] rewrites
+    delta_appended = pa.concat_tables([append_random(delta_events, rng, batch) for batch in range(APPENDS)])
     plain = root / "tables" / "plain"
     plain.mkdir(parents=True)
     pq.write_table(pa.table({"k": pa.array([1, 2, 3], pa.int64())}), plain / "part-0.parquet")
     catalog_referee.sql("CREATE DATABASE IF NOT EXISTS db")
     catalog_referee.sql(f"CREATE TABLE db.events USING delta LOCATION '{events}'")
+    catalog_referee.sql(f"CREATE TABLE db.delta_events USING delta LOCATION '{delta_events}'")
     catalog_referee.sql(f"CREATE TABLE db.plain (k BIGINT) USING parquet LOCATION '{plain}'")
     before = {"files": set(DeltaTable(str(events)).file_uris()), "rows": rows_digest(appended)}
+    delta_before = {"files": set(DeltaTable(str(delta_events)).file_uris()), "rows": rows_digest(delta_appended)}
     conf = {k: v for k, v in metastore.spark_conf().items() if k != "spark.sql.warehouse.dir"}
     config = config_file(root / "catalog.yaml", conf)
     jars = ",".join(str(jar) for jar in sorted(REFEREE_JARS.glob("*.jar")))
@@ -94,13 +98,14 @@ def runs(catalog_referee: Referee, metastore: Metastore, tmp_path_factory: pytes
             "missing": run_cli("estimate", "db.missing", "--config", config, cwd=root),
             "plain": run_cli("sql", "ALTER TABLE spark_catalog.db.plain RECLUSTER", "--config", config, cwd=root),
             "no_catalog": run_cli("info", "db.events", "--config", no_catalog, cwd=root),
-            "delta_extra": delta_extra_info(delta_config, root),
+            "delta_extra": delta_extra(delta_config, root, "info", "db.events", "--json"),
+            "delta_extra_run": delta_extra(delta_config, root, "run", "db.delta_events", "--final"),
         }
 
     with ThreadPoolExecutor(2) as pool:
         first, second = pool.submit(table_runs), pool.submit(error_runs)
         done = {**first.result(), **second.result()}
-    return {**done, "events": events, "before": before}
+    return {**done, "events": events, "before": before, "delta_events": delta_events, "delta_before": delta_before}
 
 
 def test_info_names_a_table_of_the_metastore(runs: dict[str, Any]) -> None:
@@ -112,16 +117,22 @@ def test_info_names_a_table_of_the_metastore(runs: dict[str, Any]) -> None:
     assert measured["total_rows"] == runs["before"]["rows"][0]
 
 
-def test_run_final_reclusters_a_table_of_the_metastore_by_name(runs: dict[str, Any]) -> None:
-    run, events = runs["run"], runs["events"]
-    assert run.returncode == 0, run.stderr
-    assert f"db.events: {events}" in run.stderr.splitlines()
-    assert "stop=" in run.stdout
-    table = DeltaTable(str(events))
-    after = set(table.file_uris())
-    assert not after & runs["before"]["files"], "every file rewritten by the FINAL"
+@pytest.mark.parametrize(
+    ("run", "table", "before"), [("run", "events", "before"), ("delta_extra_run", "delta_events", "delta_before")]
+)
+def test_run_final_reclusters_a_table_of_the_metastore_by_name(
+    runs: dict[str, Any], run: str, table: str, before: str
+) -> None:
+    """`recluster run db.events --final`, and the same by recluster[delta] with Delta Spark's jars present."""
+    done, location = runs[run], runs[table]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"db.{table}: {location}" in done.stderr.splitlines()
+    assert "stop=" in done.stdout
+    rewritten = DeltaTable(str(location))
+    after = set(rewritten.file_uris())
+    assert not after & runs[before]["files"], "every file rewritten by the FINAL"
     assert len(after) < APPENDS
-    assert rows_digest(table.to_pyarrow_table()) == runs["before"]["rows"]
+    assert rows_digest(rewritten.to_pyarrow_table()) == runs[before]["rows"]
 
 
 @pytest.mark.parametrize(

@@ -110,6 +110,14 @@ class OffsetRange(InputPartition):
     client_options: tuple[tuple[str, str], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetRanges(InputPartition):
+    """Every partition's range of a micro-batch, read by one task: the events are small and few, and each task of a
+    Python source costs Spark a round trip to a Python worker, which a batch waits for in turn (local[1])."""
+
+    ranges: tuple[OffsetRange, ...]
+
+
 _IDLE_READERS: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 """Consumers between reads, per cluster and client settings, in each Python worker (Spark reuses its workers): a
 read does not pay a new TLS handshake and SASL login. A read that fails closes its consumer instead."""
@@ -261,11 +269,12 @@ class KafkaCommitsReader(DataSourceStreamReader):
             first = 0 if int(p) in end.get("reset", []) else int(start["partitions"].get(p, [0, None])[0])
             if int(last) > first:
                 ranges.append(OffsetRange(self.topic, int(p), first, int(last), self.bootstrap_servers, options))
-        return ranges
+        return [OffsetRanges(tuple(ranges))] if ranges else []
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
-        return read_range(partition)
+        assert isinstance(partition, OffsetRanges)
+        for offsets in partition.ranges:
+            yield from read_range(offsets)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to commit to the broker: offsets live in the Spark checkpoint."""
