@@ -141,6 +141,7 @@ BENCHMARKS = (
             "suite-cpu-session-28-2026-11-29.json",
             "suite-cpu-session-29-2026-12-07.json",
             "suite-cpu-session-30-2026-12-07.json",
+            "suite-cpu-session-31-2026-12-07.json",
         ),
         quick=False,
         needs="every test service (`./dev test` sets them up)",
