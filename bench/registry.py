@@ -232,6 +232,7 @@ BENCHMARKS = (
             "fleet-scale-kafka-interval300-log-writer-before-cpu-2026-12-07.json",
             "fleet-scale-kafka-interval300-log-writer-cpu-2026-12-07.json",
             "fleet-scale-kafka-interval300-cpu-2026-12-07.json",
+            "fleet-scale-kafka-interval300-log-writer-one-task-2026-12-07.json",
         ),
         args=("--source", "both"),
         needs="Apache Kafka (`./dev kafka`)",
