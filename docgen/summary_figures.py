@@ -299,9 +299,12 @@ def log_reads(results: Results) -> str:
 
 def kafka_batch(results: Results) -> str:
     file, r = results.get("kafka-batch")
-    details = (
+    return bench_block(
+        "Reading a batch of events",
+        "kafka_batch_bench",
+        file,
         f"local[1], a topic of {r['partitions']} partitions on Apache Kafka, {r['events_per_second']:.0f} events a "
         f"second for {r['seconds']:.0f} s a run, a trigger every {r['trigger_seconds']:.0f} s; median over the batches "
-        f"with events of {r['rounds']} rounds, alternating; baseline = the same source with one task a partition"
+        f"with events of {r['rounds']} rounds, alternating; baseline = the same source with one task a partition",
+        r["summary"],
     )
-    return bench_block("Reading a batch of events", "kafka_batch_bench", file, details, r["summary"])
