@@ -99,8 +99,9 @@ def from_beginning(client: Any, tp: Any) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetRange(InputPartition):
-    """Offsets [start, end) of one partition of the topic: plain values, picklable."""
+class OffsetRange:
+    """Offsets [start, end) of one partition of the topic: plain values, picklable (a micro-batch's are one input
+    partition, `OffsetRanges`)."""
 
     topic: str
     partition: int
